@@ -1,0 +1,25 @@
+"""The ``--freq`` option: DVFS level of every unit from ``max``, ``min`` or a per-unit list."""
+from __future__ import annotations
+
+from pipeplan.errors import InputError
+from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.problem import MappingProblem
+
+
+def levels_for(problem: MappingProblem, plan: Plan, freq: str, source: str = "--freq") -> dict[str, str]:
+    """unit -> level name. ``max``/``min`` apply to every unit's PU; otherwise a comma-separated
+    list with one level per unit (a level name of that unit's PU, e.g. ``5`` or ``4.7``)."""
+    prof = problem.profile
+    place = plan.placement()
+    names = [u.name for u in problem.units]
+    specs = [freq] * len(names) if freq in ("max", "min") else [s.strip() for s in freq.split(",")]
+    if len(specs) != len(names):
+        raise InputError(source, "", f"{len(specs)} levels given, the instance has {len(names)} units")
+    out = {}
+    for i, (u, spec) in enumerate(zip(names, specs)):
+        pu = place[u][1]
+        try:
+            out[u] = prof.level(pu, spec)
+        except KeyError as exc:
+            raise InputError(source, f"level {i + 1}", str(exc.args[0])) from None
+    return out

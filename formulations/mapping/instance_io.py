@@ -1,0 +1,57 @@
+"""Loading mapping instances from their JSON file (``pipeplan.mapping-instance/1``).
+
+An instance holds the unit graph and either an inline profile or a path to a profile file,
+relative to the instance file.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeplan.errors import InputError
+from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.io import load_json
+from pipeplan.profiles.format import load_profile, profile_from_dict
+
+INSTANCE_SCHEMA = "pipeplan.mapping-instance/1"
+
+
+def problem_from_dict(doc: Any, source: str, base: Path | None = None) -> MappingProblem:
+    if not isinstance(doc, dict):
+        raise InputError(source, "", "expected a JSON object")
+    if doc.get("schema") != INSTANCE_SCHEMA:
+        raise InputError(source, "schema", f"unsupported schema {doc.get('schema')!r} (expected {INSTANCE_SCHEMA!r})")
+    graph = doc.get("graph")
+    if not isinstance(graph, dict):
+        raise InputError(source, "graph", "missing or not an object")
+    units_raw = graph.get("units")
+    if not isinstance(units_raw, list) or not units_raw:
+        raise InputError(source, "graph.units", "expected a non-empty list")
+    units = []
+    for i, u in enumerate(units_raw):
+        if not isinstance(u, dict) or not isinstance(u.get("name"), str):
+            raise InputError(source, f"graph.units[{i}].name", "missing unit name")
+        try:
+            units.append(Unit(name=u["name"], op=str(u.get("op", "block")),
+                              flops=float(u.get("flops", 0.0)), param_bytes=float(u.get("param_bytes", 0.0)),
+                              out_bytes=float(u.get("out_bytes", 0.0))))
+        except (TypeError, ValueError):
+            raise InputError(source, f"graph.units[{i}]", "flops/bytes must be numbers") from None
+    edges = []
+    for i, e in enumerate(graph.get("edges", [])):
+        if not isinstance(e, dict) or not isinstance(e.get("src"), str) or not isinstance(e.get("dst"), str):
+            raise InputError(source, f"graph.edges[{i}]", "expected {src, dst, bytes}")
+        edges.append(Edge(e["src"], e["dst"], e.get("bytes")))
+    prof = doc.get("profile")
+    if isinstance(prof, str):
+        path = (base or Path(".")) / prof
+        profile = load_profile(path)
+    else:
+        profile = profile_from_dict(prof, f"{source}:profile")
+    return MappingProblem(name=str(doc.get("name", Path(source).stem)), units=tuple(units),
+                          edges=tuple(edges), profile=profile, source=source)
+
+
+def load_problem_file(path: str | Path) -> MappingProblem:
+    path = Path(path)
+    return problem_from_dict(load_json(path), str(path), base=path.parent)

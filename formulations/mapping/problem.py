@@ -1,0 +1,108 @@
+"""Operator-mapping problem data (Para-Pipe): a DAG of units and a profile of their costs.
+
+Plain frozen data; no solver code. Units are ONNX operators or blocks of them; the profile
+(``pipeplan.profiles.format.Profile``) says what each unit costs on each processing unit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import networkx as nx
+
+from pipeplan.errors import InputError
+from pipeplan.profiles.format import Profile
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str
+    op: str = "block"
+    flops: float = 0.0
+    param_bytes: float = 0.0
+    out_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str
+    dst: str
+    bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class MappingProblem:
+    """``units`` are listed in a topological order; the profile lists the same units in the
+    same order, so unit *i* of the graph is column *i* of every profile table."""
+
+    name: str
+    units: tuple[Unit, ...]
+    edges: tuple[Edge, ...]
+    profile: Profile
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    kind = "mapping"
+
+    def __post_init__(self):
+        names = [u.name for u in self.units]
+        if tuple(names) != self.profile.units:
+            missing = sorted(set(names) - set(self.profile.units))
+            extra = sorted(set(self.profile.units) - set(names))
+            what = (f"profile lacks units {missing[:5]}" if missing
+                    else f"profile has unknown units {extra[:5]}" if extra
+                    else "profile lists the units in another order")
+            raise InputError(self.source or self.name, "profile.units", what)
+        g = nx.DiGraph()
+        g.add_nodes_from(names)
+        index = {n: i for i, n in enumerate(names)}
+        for e in self.edges:
+            for end in (e.src, e.dst):
+                if end not in index:
+                    raise InputError(self.source or self.name, "graph.edges", f"unknown unit {end!r}")
+            if index[e.src] >= index[e.dst]:
+                raise InputError(self.source or self.name, "graph.edges",
+                                 f"edge {e.src}->{e.dst} goes against the unit order (cycle or unsorted units)")
+            g.add_edge(e.src, e.dst)
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        for u in self.units:
+            g.add_node(u.name, op=u.op, flops=u.flops, param_bytes=u.param_bytes, out_bytes=u.out_bytes)
+        for e in self.edges:
+            g.add_edge(e.src, e.dst, bytes=e.bytes)
+        return g
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {u.name: i for i, u in enumerate(self.units)}
+
+    @cached_property
+    def preds(self) -> dict[str, tuple[Edge, ...]]:
+        out: dict[str, list[Edge]] = {u.name: [] for u in self.units}
+        for e in self.edges:
+            out[e.dst].append(e)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @property
+    def pu_names(self) -> tuple[str, ...]:
+        return tuple(self.profile.pus)
+
+    @property
+    def is_chain(self) -> bool:
+        names = [u.name for u in self.units]
+        return set((e.src, e.dst) for e in self.edges) == set(zip(names, names[1:]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "pipeplan.mapping-instance/1",
+            "name": self.name,
+            "source": self.source,
+            "graph": {
+                "units": [vars(u).copy() for u in self.units],
+                "edges": [{"src": e.src, "dst": e.dst, "bytes": e.bytes} for e in self.edges],
+            },
+            "profile": self.profile.to_dict(),
+        }

@@ -1,0 +1,32 @@
+"""``pipeplan.solve``: the one entry point to every solver."""
+from __future__ import annotations
+
+import time
+import traceback
+
+from pipeplan.registry import get_solver
+from pipeplan.result import Quality, SolveResult, Termination
+
+
+def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 0,
+          threads: int = 1, warm_start=None, **params) -> SolveResult:
+    """Solve ``problem`` (any formulation's problem object, with ``kind`` and ``name``) with the
+    registered solver ``solver``. A solver failure becomes a result with termination ``error``
+    and the message, never an exception (bad *input* still raises InputError)."""
+    info = get_solver(problem.kind, solver)
+    ok, why = info.available()
+    call = {"time_limit": time_limit, "seed": seed, "threads": threads, **params}
+    if not ok:
+        return SolveResult(problem.kind, problem.name, solver, Termination.ERROR, Quality.NONE,
+                           params=call, message=why)
+    start = time.perf_counter()
+    try:
+        result = info.func(problem, time_limit=time_limit, seed=seed, threads=threads,
+                           warm_start=warm_start, **params)
+    except Exception as exc:  # a solver crash is a result, not a crash of the command
+        return SolveResult(problem.kind, problem.name, solver, Termination.ERROR, Quality.NONE,
+                           params=call, wall_time_s=time.perf_counter() - start,
+                           message=f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=3).splitlines()[-2].strip()}")
+    result.wall_time_s = time.perf_counter() - start
+    result.params = {**call, **result.params}
+    return result

@@ -1,0 +1,20 @@
+"""Errors that the CLI turns into one-line messages with exit status 2.
+
+Every loader raises :class:`InputError` naming the file and the field that is wrong, so a user
+sees ``error: profiles/x.json: time_ms.G[3]: negative time -1.0`` instead of a traceback.
+"""
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad user input: a file, a field in it, and what is wrong."""
+
+    def __init__(self, source: str, field: str, message: str):
+        self.source = str(source)
+        self.field = field
+        self.message = message
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        where = f"{self.source}: {self.field}" if self.field else self.source
+        return f"{where}: {self.message}".replace("\n", " ")

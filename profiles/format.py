@@ -1,0 +1,336 @@
+"""The profile file format: what each unit costs on each processing unit (PU).
+
+A profile is JSON with ``"schema": "pipeplan.profile/1"``; the README documents it field by
+field. In short::
+
+    {
+      "schema": "pipeplan.profile/1",
+      "name": "khadas-vim3/Google",
+      "source": "where the numbers come from (citation)",
+      "power_model": "board",            # or "per_pu"
+      "host_pu": "B",                    # CPU that runs the input stage (optional)
+      "pus": {"B": {"kind": "cpu", "levels": ["0", ..., "7"], "idle_power_mw": 0.0}, ...},
+      "units": ["b0", "b1", ...],
+      "time_ms":  {"B": {"7": [t_b0, t_b1, ...], ...}, ...},   # null: unit cannot run there
+      "power_mw": {"B": {"7": [p_b0, p_b1, ...], ...}, ...},
+      "input_stage":  {"B": {"7": {"time_ms": 14.1, "power_mw": 4369.0}}, ...},   # optional
+      "output_stage": {"B": {"7": {"time_ms": 0.19, "power_mw": 4369.0}}, ...},   # optional
+      "transfers": {
+        "measured": {"b3": {"G->B": 4.04, ...}, ...},       # output of a unit, PU to PU (ms)
+        "pairs": {"G->B": {"fixed_ms": 1.2, "ms_per_mb": 3.0}, ...},   # affine in bytes
+        "default": {"fixed_ms": 0.0, "ms_per_mb": 0.0},
+        "power_mw": 4000.0
+      }
+    }
+
+Levels are DVFS operating points listed slowest first: "min" is the first, "max" the last.
+``input_stage``/``output_stage`` are keyed by the PU that runs the first/last unit, because
+on the measured board the image pre-processing time depends on where block 0 runs.
+
+Power models: ``board`` means each power figure is whole-board power while that phase runs
+(the Khadas INA260 measurements), so energy is the sum over phases of power x time; ``per_pu``
+means active power of that PU alone, and each PU's idle power is added over the idle part of
+the period (roofline platforms).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeplan.errors import InputError
+from pipeplan.io import load_json
+
+SCHEMA = "pipeplan.profile/1"
+POWER_MODELS = ("board", "per_pu")
+
+
+@dataclass(frozen=True)
+class PU:
+    name: str
+    kind: str
+    levels: tuple[str, ...]
+    idle_power_mw: float = 0.0
+    description: str = ""
+
+    @property
+    def max_level(self) -> str:
+        return self.levels[-1]
+
+    @property
+    def min_level(self) -> str:
+        return self.levels[0]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A fixed phase (input or output stage): its time and power."""
+
+    time_ms: float
+    power_mw: float
+
+
+@dataclass(frozen=True)
+class AffineTransfer:
+    fixed_ms: float = 0.0
+    ms_per_mb: float = 0.0
+
+    def time_ms(self, nbytes: float | None) -> float:
+        return self.fixed_ms + self.ms_per_mb * (nbytes or 0.0) / 1e6
+
+
+@dataclass(frozen=True)
+class Transfers:
+    measured: dict[str, dict[str, float]] = field(default_factory=dict)
+    pairs: dict[str, AffineTransfer] = field(default_factory=dict)
+    default: AffineTransfer = AffineTransfer()
+    power_mw: float = 0.0
+
+    def time_ms(self, unit: str, src_pu: str, dst_pu: str, nbytes: float | None) -> float:
+        """Time to hand the output of ``unit`` from ``src_pu`` to ``dst_pu`` (0 on one PU)."""
+        if src_pu == dst_pu:
+            return 0.0
+        key = f"{src_pu}->{dst_pu}"
+        measured = self.measured.get(unit, {}).get(key)
+        if measured is not None:
+            return measured
+        return self.pairs.get(key, self.default).time_ms(nbytes)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    source: str
+    power_model: str
+    pus: dict[str, PU]
+    units: tuple[str, ...]
+    time_ms: dict[str, dict[str, tuple[float | None, ...]]]
+    power_mw: dict[str, dict[str, tuple[float | None, ...]]]
+    input_stage: dict[str, dict[str, Phase]] = field(default_factory=dict)
+    output_stage: dict[str, dict[str, Phase]] = field(default_factory=dict)
+    transfers: Transfers = Transfers()
+    host_pu: str | None = None
+    notes: str = ""
+
+    @property
+    def unit_index(self) -> dict[str, int]:
+        return {u: i for i, u in enumerate(self.units)}
+
+    def level(self, pu: str, spec: str) -> str:
+        """Resolve ``max``, ``min`` or a level name of ``pu``. For two-part levels such as the
+        GPU's ``gpu.host``, the first part alone means that level with the host at its top."""
+        levels = self.pus[pu].levels
+        if spec == "max":
+            return levels[-1]
+        if spec == "min":
+            return levels[0]
+        if spec in levels:
+            return spec
+        partial = [lv for lv in levels if lv.split(".")[0] == spec]
+        if partial:
+            return partial[-1]
+        raise KeyError(f"PU {pu} has no DVFS level {spec!r} (levels: {', '.join(levels)})")
+
+    def time(self, unit_idx: int, pu: str, level: str) -> float | None:
+        return self.time_ms[pu][level][unit_idx]
+
+    def power(self, unit_idx: int, pu: str, level: str) -> float:
+        value = self.power_mw.get(pu, {}).get(level)
+        if value is None or value[unit_idx] is None:
+            return 0.0
+        return value[unit_idx]
+
+    def can_run(self, unit_idx: int, pu: str) -> bool:
+        return self.time_ms[pu][self.pus[pu].max_level][unit_idx] is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        def phases(table: dict[str, dict[str, Phase]]) -> dict:
+            return {p: {lv: {"time_ms": ph.time_ms, "power_mw": ph.power_mw}
+                        for lv, ph in by.items()} for p, by in table.items()}
+
+        out: dict[str, Any] = {
+            "schema": SCHEMA,
+            "name": self.name,
+            "source": self.source,
+            "power_model": self.power_model,
+        }
+        if self.host_pu:
+            out["host_pu"] = self.host_pu
+        if self.notes:
+            out["notes"] = self.notes
+        out["pus"] = {p.name: {"kind": p.kind, "levels": list(p.levels),
+                               "idle_power_mw": p.idle_power_mw,
+                               **({"description": p.description} if p.description else {})}
+                      for p in self.pus.values()}
+        out["units"] = list(self.units)
+        out["time_ms"] = {p: {lv: list(v) for lv, v in by.items()} for p, by in self.time_ms.items()}
+        out["power_mw"] = {p: {lv: list(v) for lv, v in by.items()} for p, by in self.power_mw.items()}
+        if self.input_stage:
+            out["input_stage"] = phases(self.input_stage)
+        if self.output_stage:
+            out["output_stage"] = phases(self.output_stage)
+        t = self.transfers
+        out["transfers"] = {
+            "measured": t.measured,
+            "pairs": {k: {"fixed_ms": a.fixed_ms, "ms_per_mb": a.ms_per_mb} for k, a in t.pairs.items()},
+            "default": {"fixed_ms": t.default.fixed_ms, "ms_per_mb": t.default.ms_per_mb},
+            "power_mw": t.power_mw,
+        }
+        return out
+
+
+# ---------------------------------------------------------------------------------- loading
+
+
+class _Reader:
+    """Validates a parsed JSON document, naming the file and field of the first problem."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, fld: str, msg: str) -> InputError:
+        return InputError(self.source, fld, msg)
+
+    def obj(self, value: Any, fld: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(fld, f"expected an object, got {type(value).__name__}")
+        return value
+
+    def get(self, d: dict, key: str, fld: str) -> Any:
+        if key not in d:
+            raise self.fail(f"{fld}.{key}" if fld else key, "missing field")
+        return d[key]
+
+    def number(self, value: Any, fld: str, *, allow_none: bool = False) -> float | None:
+        if value is None and allow_none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(fld, f"expected a number, got {value!r}")
+        if math.isnan(value) or math.isinf(value):
+            raise self.fail(fld, f"not a finite number: {value!r}")
+        if value < 0:
+            raise self.fail(fld, f"negative value {value!r}")
+        return float(value)
+
+    def string(self, value: Any, fld: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(fld, f"expected a non-empty string, got {value!r}")
+        return value
+
+
+def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
+    r = _Reader(source)
+    doc = r.obj(doc, "")
+    schema = r.get(doc, "schema", "")
+    if schema != SCHEMA:
+        raise r.fail("schema", f"unsupported schema {schema!r} (expected {SCHEMA!r})")
+    power_model = doc.get("power_model", "board")
+    if power_model not in POWER_MODELS:
+        raise r.fail("power_model", f"must be one of {', '.join(POWER_MODELS)}, got {power_model!r}")
+
+    pus: dict[str, PU] = {}
+    for name, spec in r.obj(r.get(doc, "pus", ""), "pus").items():
+        spec = r.obj(spec, f"pus.{name}")
+        levels = r.get(spec, "levels", f"pus.{name}")
+        if not isinstance(levels, list) or not levels or not all(isinstance(x, str) for x in levels):
+            raise r.fail(f"pus.{name}.levels", "expected a non-empty list of level names")
+        pus[name] = PU(name=name, kind=r.string(spec.get("kind", "cpu"), f"pus.{name}.kind"),
+                       levels=tuple(levels),
+                       idle_power_mw=r.number(spec.get("idle_power_mw", 0.0), f"pus.{name}.idle_power_mw"),
+                       description=str(spec.get("description", "")))
+    if not pus:
+        raise r.fail("pus", "no processing units")
+
+    units = r.get(doc, "units", "")
+    if not isinstance(units, list) or not units or not all(isinstance(u, str) for u in units):
+        raise r.fail("units", "expected a non-empty list of unit names")
+    if len(set(units)) != len(units):
+        raise r.fail("units", "duplicate unit names")
+
+    def table(key: str, required_all: bool) -> dict[str, dict[str, tuple]]:
+        raw = r.obj(r.get(doc, key, "") if required_all else doc.get(key, {}), key)
+        out: dict[str, dict[str, tuple]] = {}
+        for pu in pus.values():
+            if pu.name not in raw:
+                if required_all:
+                    raise r.fail(f"{key}.{pu.name}", "missing PU")
+                continue
+            by_level = r.obj(raw[pu.name], f"{key}.{pu.name}")
+            out[pu.name] = {}
+            for lv, values in by_level.items():
+                fld = f"{key}.{pu.name}.{lv}"
+                if lv not in pu.levels:
+                    raise r.fail(fld, f"unknown DVFS level (levels: {', '.join(pu.levels)})")
+                if not isinstance(values, list) or len(values) != len(units):
+                    raise r.fail(fld, f"expected a list of {len(units)} values, one per unit")
+                out[pu.name][lv] = tuple(r.number(v, f"{fld}[{i}]", allow_none=True)
+                                         for i, v in enumerate(values))
+            if required_all and pu.max_level not in out[pu.name]:
+                raise r.fail(f"{key}.{pu.name}.{pu.max_level}", "missing the top DVFS level")
+        for extra in raw:
+            if extra not in pus:
+                raise r.fail(f"{key}.{extra}", "PU not declared in pus")
+        return out
+
+    time_ms = table("time_ms", required_all=True)
+    power_mw = table("power_mw", required_all=False)
+    for i, u in enumerate(units):
+        if all(time_ms[p][pus[p].max_level][i] is None for p in pus):
+            raise r.fail(f"time_ms.*.{u}", "unit has no time on any PU")
+
+    def phase_table(key: str) -> dict[str, dict[str, Phase]]:
+        raw = r.obj(doc.get(key, {}), key)
+        out: dict[str, dict[str, Phase]] = {}
+        for pu, by_level in raw.items():
+            if pu not in pus:
+                raise r.fail(f"{key}.{pu}", "PU not declared in pus")
+            out[pu] = {}
+            for lv, ph in r.obj(by_level, f"{key}.{pu}").items():
+                fld = f"{key}.{pu}.{lv}"
+                if lv not in pus[pu].levels:
+                    raise r.fail(fld, "unknown DVFS level")
+                ph = r.obj(ph, fld)
+                out[pu][lv] = Phase(time_ms=r.number(r.get(ph, "time_ms", fld), f"{fld}.time_ms"),
+                                    power_mw=r.number(ph.get("power_mw", 0.0), f"{fld}.power_mw"))
+        return out
+
+    tr = r.obj(doc.get("transfers", {}), "transfers")
+
+    def affine(spec: Any, fld: str) -> AffineTransfer:
+        spec = r.obj(spec, fld)
+        return AffineTransfer(fixed_ms=r.number(spec.get("fixed_ms", 0.0), f"{fld}.fixed_ms"),
+                              ms_per_mb=r.number(spec.get("ms_per_mb", 0.0), f"{fld}.ms_per_mb"))
+
+    def pair_key(key: str, fld: str) -> str:
+        a, sep, b = key.partition("->")
+        if not sep or a not in pus or b not in pus:
+            raise r.fail(fld, "expected 'SRC->DST' with declared PUs")
+        return key
+
+    measured: dict[str, dict[str, float]] = {}
+    for unit, pairs in r.obj(tr.get("measured", {}), "transfers.measured").items():
+        if unit not in units:
+            raise r.fail(f"transfers.measured.{unit}", "unknown unit")
+        measured[unit] = {pair_key(k, f"transfers.measured.{unit}.{k}"):
+                          r.number(v, f"transfers.measured.{unit}.{k}")
+                          for k, v in r.obj(pairs, f"transfers.measured.{unit}").items()}
+    transfers = Transfers(
+        measured=measured,
+        pairs={pair_key(k, f"transfers.pairs.{k}"): affine(v, f"transfers.pairs.{k}")
+               for k, v in r.obj(tr.get("pairs", {}), "transfers.pairs").items()},
+        default=affine(tr.get("default", {}), "transfers.default"),
+        power_mw=r.number(tr.get("power_mw", 0.0), "transfers.power_mw"),
+    )
+    host = doc.get("host_pu")
+    if host is not None and host not in pus:
+        raise r.fail("host_pu", f"unknown PU {host!r}")
+    return Profile(name=str(doc.get("name", Path(source).stem)), source=str(doc.get("source", "")),
+                   power_model=power_model, pus=pus, units=tuple(units), time_ms=time_ms,
+                   power_mw=power_mw, input_stage=phase_table("input_stage"),
+                   output_stage=phase_table("output_stage"), transfers=transfers, host_pu=host,
+                   notes=str(doc.get("notes", "")))
+
+
+def load_profile(path: str | Path) -> Profile:
+    return profile_from_dict(load_json(path), str(path))

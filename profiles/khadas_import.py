@@ -1,0 +1,230 @@
+"""Importer for the Khadas VIM3 (Amlogic A311D) board measurements.
+
+Reads the raw CSV files of ``../shared/data/khadas-vim3`` once and writes pipeplan's own files,
+which are committed so a clean clone needs no ``../shared``:
+
+* ``profiles/data/khadas-vim3/<Graph>.json``: block-level profiles (time and board power per
+  block, PU and DVFS level; input/output stages; measured transfers);
+* ``instances/khadas-vim3/<Graph>.json``: block-chain mapping instances using those profiles;
+* ``instances/khadas-vim3/evaluations.csv``: the measured whole-network runs, in pipeplan's
+  terms (mapping string, mode, frequency spec, measured period/latency/energy).
+
+Source of every number: public repository Ehsan-aghapour/CO-UP-Profiling at commit
+22005a9d8742a71fb9e03e6e1484359984084a12 (Profiling/Data and
+Profiling/ParaPipe/Profiling/Data/Yujie_Parapipe), as copied into ../shared/data/khadas-vim3.
+
+Decisions (also written into each file's ``notes``):
+
+* Two measurement campaigns exist. ``layers_dvfs.csv`` (CO-UP) has every DVFS level for Alex,
+  Google, MobileV1, ResV1_50, SqueezeV1, YOLOv3; ``inception_blocks.csv`` (Para-Pipe) has the top
+  level only for Google, InceptionV3, InceptionV4, InceptionResnetV2. The serial evaluations
+  match the first campaign and the pipelined GoogLeNet runs the second (their block times differ
+  by up to 2x on the GPU), so GoogLeNet gets two instances: ``Google`` (CO-UP, DVFS) and
+  ``Google-parapipe`` (Para-Pipe, top level).
+* DVFS level names: L "0".."5", B "0".."7", N "0".."7" (NPU level = host level, as measured),
+  G "g.h" = GPU level g with host CPU level h (the GPU rows carry Freq_Host): "0.0" .. "4.7".
+* Transfers are measured per block output and PU pair (median of the repeated rows). The
+  Para-Pipe-only graphs have none: they get the median of each PU pair over all measured
+  transfers. Transfers to or from the NPU were not measured: charged 0 ms (the NPU rows'
+  block times include their own tensor fill and read-back).
+* The output stage has no measured power: it is charged at the board power of the last block
+  on the same PU and level. Transfer power: median of transfer_freq.csv's transfer_power.
+"""
+from __future__ import annotations
+
+import ast
+import csv
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from pipeplan.io import write_atomic, write_json
+from pipeplan.profiles.format import profile_from_dict
+
+SOURCE = ("Khadas VIM3 (Amlogic A311D) measurements, public repository Ehsan-aghapour/CO-UP-Profiling "
+          "at commit 22005a9d8742a71fb9e03e6e1484359984084a12 (Profiling/Data, "
+          "Profiling/ParaPipe/Profiling/Data/Yujie_Parapipe); board power by INA260; imported by "
+          "pipeplan.profiles.khadas_import")
+PU_INFO = {
+    "L": ("cpu", "2x Cortex-A53 (LITTLE)"),
+    "B": ("cpu", "4x Cortex-A73 (big)"),
+    "G": ("gpu", "Mali-G52 MP4"),
+    "N": ("npu", "NPU (5 TOPS INT8)"),
+}
+PU_ORDER = ("L", "B", "G", "N")
+DVFS_GRAPHS = ("Alex", "Google", "MobileV1", "ResV1_50", "SqueezeV1", "YOLOv3")
+PARAPIPE_GRAPHS = {"Google": "Google-parapipe", "InceptionV3": "InceptionV3",
+                   "InceptionV4": "InceptionV4", "InceptionResnetV2": "InceptionResnetV2"}
+HOST_PU = "B"  # the host CPU cluster in every evaluation ("host": "BB")
+
+
+def _level_name(comp: str, freq: str, freq_host: str) -> str:
+    if freq == "max":
+        return "max"
+    return f"{freq}.{freq_host}" if comp == "G" else freq
+
+
+def _level_key(name: str) -> tuple:
+    return tuple(int(x) for x in name.split(".")) if name != "max" else (10**9,)
+
+
+def _read_rows(path: Path):
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r.get("Graph"):
+                yield r
+
+
+def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: dict,
+                   transfer_power: float, campaign: str) -> dict:
+    blocks = sorted({int(r["Layer"]) for r in rows if r["Metric"] == "task"})
+    units = [f"b{i}" for i in blocks]
+    col = {b: i for i, b in enumerate(blocks)}
+    comps = [c for c in PU_ORDER if any(r["Component"] == c for r in rows)]
+    levels: dict[str, set[str]] = defaultdict(set)
+    task: dict[tuple, tuple[float, float | None]] = {}
+    phases: dict[tuple, float] = {}
+    phase_power: dict[tuple, float] = {}
+    for r in rows:
+        comp = r["Component"]
+        if comp == "N" and r["Freq"] != r["Freq_Host"]:
+            continue
+        lv = _level_name(comp, r["Freq"], r["Freq_Host"])
+        levels[comp].add(lv)
+        layer, metric = int(r["Layer"]), r["Metric"]
+        t = float(r["Time"])
+        p = float(r["Power"]) if r["Power"] else None
+        if metric == "task":
+            task[(comp, lv, layer)] = (t, p)
+        elif metric == "in" and layer == blocks[0]:
+            phases[("in", comp, lv)] = t
+            phase_power[("in", comp, lv)] = p
+        elif metric == "out" and layer == blocks[-1]:
+            phases[("out", comp, lv)] = t
+    doc_pus, time_ms, power_mw, in_stage, out_stage = {}, {}, {}, {}, {}
+    for comp in comps:
+        lvls = sorted(levels[comp], key=_level_key)
+        kind, desc = PU_INFO[comp]
+        doc_pus[comp] = {"kind": kind, "levels": lvls, "idle_power_mw": 0.0, "description": desc}
+        time_ms[comp], power_mw[comp] = {}, {}
+        for lv in lvls:
+            cells = [task.get((comp, lv, b)) for b in blocks]
+            if all(c is None for c in cells):
+                continue
+            time_ms[comp][lv] = [c[0] if c else None for c in cells]
+            power_mw[comp][lv] = [c[1] if c else None for c in cells]
+            if ("in", comp, lv) in phases:
+                in_stage.setdefault(comp, {})[lv] = {"time_ms": phases[("in", comp, lv)],
+                                                    "power_mw": phase_power[("in", comp, lv)] or 0.0}
+            if ("out", comp, lv) in phases and cells[-1] is not None:
+                out_stage.setdefault(comp, {})[lv] = {"time_ms": phases[("out", comp, lv)],
+                                                     "power_mw": cells[-1][1] or 0.0}
+    measured = {}
+    for (layer, src, dst), t in sorted(transfers.items()):
+        if layer in col and src in comps and dst in comps:
+            measured.setdefault(f"b{layer}", {})[f"{src}->{dst}"] = t
+    pairs = {k: {"fixed_ms": v, "ms_per_mb": 0.0} for k, v in pair_medians.items()
+             if k.split("->")[0] in comps and k.split("->")[1] in comps}
+    doc = {
+        "schema": "pipeplan.profile/1",
+        "name": f"khadas-vim3/{name}",
+        "source": SOURCE,
+        "notes": (f"Campaign: {campaign}. Block-level times (ms) and whole-board power (mW) per block, "
+                  "PU and DVFS level. G levels are 'gpu.host'. Transfers to/from the NPU were not "
+                  "measured (0 ms). See pipeplan.profiles.khadas_import for every decision."),
+        "power_model": "board",
+        "host_pu": HOST_PU,
+        "pus": doc_pus,
+        "units": units,
+        "time_ms": time_ms,
+        "power_mw": power_mw,
+        "input_stage": in_stage,
+        "output_stage": out_stage,
+        "transfers": {"measured": measured if transfers else {}, "pairs": {} if transfers else pairs,
+                      "default": {"fixed_ms": 0.0, "ms_per_mb": 0.0}, "power_mw": transfer_power},
+    }
+    profile_from_dict(doc, f"khadas-vim3/{name}")  # validate before anything is written
+    return doc
+
+
+def _instance(name: str, n_blocks: int) -> dict:
+    units = [{"name": f"b{i}", "op": "block"} for i in range(n_blocks)]
+    return {
+        "schema": "pipeplan.mapping-instance/1",
+        "name": f"khadas-vim3/{name}",
+        "source": SOURCE,
+        "graph": {"units": units,
+                  "edges": [{"src": f"b{i}", "dst": f"b{i + 1}", "bytes": None} for i in range(n_blocks - 1)]},
+        "profile": f"../../profiles/data/khadas-vim3/{name}.json",
+    }
+
+
+def _freq_spec(raw: str, order: str) -> str | None:
+    """The measured ``freq`` column in pipeplan's --freq form: max, min, or one level per block."""
+    parsed = ast.literal_eval(raw)
+    flat = parsed[0] if isinstance(parsed[0], tuple) and isinstance(parsed[0][0], str) else parsed
+    if isinstance(flat[0], str):
+        return flat[0].strip("{}")
+    if len(parsed) != len(order):
+        return None
+    return ",".join(".".join(str(x) for x in lv) if c == "G" else str(lv[0]) for c, lv in zip(order, parsed))
+
+
+def _evaluations(src: Path) -> list[dict]:
+    out = []
+    for path in sorted((src / "evaluations").glob("*.csv")):
+        pipelined_file = path.name.startswith("pipelined")
+        with path.open(newline="") as fh:
+            for r in csv.DictReader(fh):
+                freq = _freq_spec(r["freq"], r["order"])
+                if freq is None:
+                    continue
+                latency, period = float(r["total_time"]), float(r["pipelinetime"])
+                multi_stage = any(a != b for a, b in zip(r["order"], r["order"][1:]))
+                mode = "pipelined" if (pipelined_file or period < latency * 0.999) and multi_stage else "serial"
+                graph = "Google-parapipe" if pipelined_file and r["graph"] == "Google" else r["graph"]
+                out.append({"instance": f"khadas-vim3/{graph}", "mapping": r["order"], "mode": mode,
+                            "freq": freq, "measured_period_ms": period, "measured_latency_ms": latency,
+                            "measured_energy_mj": float(r["total_e"]), "source_file": path.name})
+    return out
+
+
+def import_khadas(src: Path, repo: Path) -> list[Path]:
+    """Read the raw measurements under ``src`` and write the derived files into ``repo``."""
+    transfers_raw: dict[tuple, list[float]] = defaultdict(list)
+    with (src / "transfers.csv").open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            transfers_raw[(r["Graph"], int(r["Layer"]), r["Src"], r["Dest"])].append(float(r["Time"]))
+    by_graph: dict[str, dict] = defaultdict(dict)
+    pair_values: dict[str, list[float]] = defaultdict(list)
+    for (g, layer, s, d), vals in transfers_raw.items():
+        by_graph[g][(layer, s, d)] = statistics.median(vals)
+        pair_values[f"{s}->{d}"].append(statistics.median(vals))
+    pair_medians = {k: round(statistics.median(v), 6) for k, v in sorted(pair_values.items())}
+    with (src / "transfer_freq.csv").open(newline="") as fh:
+        transfer_power = statistics.median(float(r["transfer_power"]) for r in csv.DictReader(fh))
+
+    written: list[Path] = []
+    groups: list[tuple[str, list[dict], dict, str]] = []
+    dvfs = defaultdict(list)
+    for r in _read_rows(src / "layers_dvfs.csv"):
+        dvfs[r["Graph"]].append(r)
+    for g in DVFS_GRAPHS:
+        groups.append((g, dvfs[g], by_graph.get(g, {}), "CO-UP layers_dvfs.csv (every DVFS level)"))
+    incep = defaultdict(list)
+    for r in _read_rows(src / "inception_blocks.csv"):
+        incep[r["Graph"]].append(r)
+    for g, name in PARAPIPE_GRAPHS.items():
+        groups.append((name, incep[g], by_graph.get(g, {}), "Para-Pipe inception_blocks.csv (top DVFS level)"))
+    for name, rows, transfers, campaign in groups:
+        doc = _build_profile(name, rows, transfers, pair_medians, transfer_power, campaign)
+        written.append(write_json(repo / "profiles" / "data" / "khadas-vim3" / f"{name}.json", doc))
+        written.append(write_json(repo / "instances" / "khadas-vim3" / f"{name}.json",
+                                  _instance(name, len(doc["units"]))))
+    rows = _evaluations(src)
+    header = list(rows[0])
+    lines = ["# Measured whole-network runs on the Khadas VIM3; " + SOURCE.split(";")[0],
+             ",".join(header)]
+    lines += [",".join(f'"{r[h]}"' if "," in str(r[h]) else str(r[h]) for h in header) for r in rows]
+    written.append(write_atomic(repo / "instances" / "khadas-vim3" / "evaluations.csv", "\n".join(lines) + "\n"))
+    return written

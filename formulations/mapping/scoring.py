@@ -1,0 +1,65 @@
+"""Scoring user-given mappings (``pipeplan evaluate``): mapping strings, plan files, CSV batches."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from pipeplan.errors import InputError
+from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
+from pipeplan.formulations.mapping.measured import plan_for
+from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
+from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.io import load_json
+
+BATCH_COLUMNS = ("mapping", "mode", "freq")
+
+
+def _score(problem: MappingProblem, plan: Plan, source: str, detail: bool = False) -> dict:
+    try:
+        ev = evaluate(problem, plan)
+    except InfeasiblePlan as exc:
+        raise InputError(source, "plan", f"infeasible: {exc}") from None
+    out = {"instance": problem.name, "mapping": plan.mapping_string(tuple(u.name for u in problem.units)),
+           "mode": plan.mode}
+    out.update(ev.to_dict(detail=detail))
+    return out
+
+
+def evaluate_one(problem: MappingProblem, *, mapping: str | None, plan_file: Path | None, mode: str,
+                 freq: str, detail: bool = False) -> dict:
+    if plan_file is not None:
+        plan = plan_from_dict(load_json(plan_file), str(plan_file))
+        if plan.instance and plan.instance != problem.name:
+            raise InputError(str(plan_file), "instance", f"plan is for {plan.instance!r}, not {problem.name!r}")
+        return _score(problem, plan, str(plan_file), detail)
+    plan = plan_for(problem, mapping, mode, freq)
+    return {**_score(problem, plan, "--mapping", detail), "freq": freq}
+
+
+def evaluate_batch(problem: MappingProblem, path: Path) -> list[dict]:
+    """Score every row of a CSV (columns mapping, mode, freq); all rows are validated before
+    any result is returned, so a bad row yields an error and no partial output."""
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            rows = list(reader)
+    except OSError as exc:
+        raise InputError(str(path), "", f"cannot read file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(str(path), "", "not a UTF-8 text file") from None
+    if not header:
+        raise InputError(str(path), "", "empty file")
+    if "mapping" not in header:
+        raise InputError(str(path), "mapping", "missing column (columns: mapping, mode, freq)")
+    out = []
+    for n, row in enumerate(rows, start=2):
+        where = f"{path}:{n}"
+        mode = (row.get("mode") or "pipelined").strip()
+        if mode not in ("pipelined", "serial"):
+            raise InputError(where, "mode", f"must be pipelined or serial, got {mode!r}")
+        mapping = (row.get("mapping") or "").strip()
+        freq = (row.get("freq") or "max").strip()
+        plan = plan_for(problem, mapping, mode, freq, source=f"{where}: mapping")
+        out.append({**_score(problem, plan, where), "freq": freq})
+    return out

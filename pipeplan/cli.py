@@ -1,0 +1,191 @@
+"""The ``pipeplan`` command line.
+
+Every command validates its input first; bad input prints one line ``error: FILE: FIELD:
+what is wrong`` to stderr and exits with status 2, without a traceback and without writing
+any output file.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pipeplan.errors import InputError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
+
+
+def _emit(obj) -> None:
+    typer.echo(json.dumps(obj, indent=2))
+
+
+@app.command("instances")
+def instances_cmd(kind: str = typer.Option("mapping", help="problem kind")):
+    """List the named instances (block-level measured and operator-level roofline)."""
+    from pipeplan.instances.catalog import measured_names, operator_names
+    for name in measured_names():
+        typer.echo(f"{name:40s} block-level, measured (Khadas VIM3)")
+    for name in operator_names():
+        typer.echo(f"{name:40s} operator-level, roofline estimate")
+
+
+@app.command("solvers")
+def solvers_cmd():
+    """List the registered solvers and whether they are available here."""
+    from pipeplan.registry import solvers
+    for s in solvers():
+        ok, why = s.available()
+        kind = "exact" if s.exact else "heuristic"
+        typer.echo(f"{s.kind:10s} {s.name:14s} {kind:9s} {'available' if ok else 'unavailable: ' + why:12s}  {s.description}")
+
+
+@app.command("solve")
+def solve_cmd(instance: str = typer.Argument(..., help="instance name or instance file"),
+              solver: str = typer.Option(..., "--solver", help="solver name (see `pipeplan solvers`)"),
+              time_limit: Optional[float] = typer.Option(None, "--time-limit", help="seconds"),
+              seed: int = typer.Option(0, "--seed"),
+              threads: int = typer.Option(1, "--threads"),
+              objective: str = typer.Option("period", "--objective", help="period, latency or energy"),
+              out: Optional[Path] = typer.Option(None, "--out", help="write the SolveResult JSON here")):
+    """Solve a mapping instance and print (or write) the SolveResult."""
+    import pipeplan
+    from pipeplan.instances.catalog import load_mapping
+    from pipeplan.io import write_atomic
+    from pipeplan.registry import get_solver
+
+    if objective not in ("period", "latency", "energy"):
+        raise InputError("--objective", "", f"unknown objective {objective!r} (period, latency, energy)")
+    get_solver("mapping", solver)  # unknown names fail before any work
+    problem = load_mapping(instance)
+    result = pipeplan.solve(problem, solver, time_limit=time_limit, seed=seed, threads=threads,
+                            objective=objective)
+    text = result.to_json()
+    if out:
+        write_atomic(out, text)
+        o = result.objectives
+        typer.echo(f"{result.solver}: {result.termination.value}/{result.quality.value} period "
+                   f"{o.get('period_ms', float('nan')):.2f} ms, latency {o.get('latency_ms', float('nan')):.2f} ms, "
+                   f"energy {o.get('energy_mj', float('nan')):.1f} mJ -> {out}")
+    else:
+        typer.echo(text, nl=False)
+    if result.termination.value == "error":
+        raise typer.Exit(1)
+
+
+@app.command("evaluate")
+def evaluate_cmd(instance: str = typer.Argument(..., help="instance name or instance file"),
+                 mapping: Optional[str] = typer.Option(None, "--mapping", help="one PU letter per unit, e.g. GGGGBBBBBBG"),
+                 plan: Optional[Path] = typer.Option(None, "--plan", help="a plan or SolveResult JSON file"),
+                 batch: Optional[Path] = typer.Option(None, "--batch", help="CSV with columns mapping, mode, freq"),
+                 mode: str = typer.Option("pipelined", "--mode", help="pipelined or serial"),
+                 freq: str = typer.Option("max", "--freq", help="max, min, or one level per unit: L1,L2,..."),
+                 detail: bool = typer.Option(False, "--detail", help="also print unit start/finish times")):
+    """Score a mapping with the cost model: period, latency, energy per inference."""
+    from pipeplan.formulations.mapping.scoring import evaluate_batch, evaluate_one
+    from pipeplan.instances.catalog import load_mapping
+
+    given = [x is not None for x in (mapping, plan, batch)]
+    if sum(given) != 1:
+        raise InputError("evaluate", "", "give exactly one of --mapping, --plan, --batch")
+    if mode not in ("pipelined", "serial"):
+        raise InputError("--mode", "", f"must be pipelined or serial, got {mode!r}")
+    problem = load_mapping(instance)
+    if batch is not None:
+        for line in evaluate_batch(problem, batch):
+            typer.echo(json.dumps(line))
+        return
+    _emit(evaluate_one(problem, mapping=mapping, plan_file=plan, mode=mode, freq=freq, detail=detail))
+
+
+@app.command("profile")
+def profile_cmd(model: Path = typer.Argument(..., help="ONNX model file"),
+                out: Optional[Path] = typer.Option(None, "--out", help="profile JSON to write"),
+                runs: int = typer.Option(10, "--runs", min=1), warmup: int = typer.Option(3, "--warmup", min=0),
+                pus: str = typer.Option("C0,C1", "--pus", help="names of the identical host PUs")):
+    """Measure the host with ONNX Runtime per-node profiling (median per node)."""
+    from pipeplan.io import write_json
+    from pipeplan.profiles.ort_profiler import profile_host
+
+    names = tuple(p.strip() for p in pus.split(",") if p.strip())
+    if not names:
+        raise InputError("--pus", "", "no PU names")
+    with _progress(f"profiling {model.name}") as progress:
+        prof = profile_host(model, pus=names, runs=runs, warmup=warmup, progress=progress)
+    doc = prof.to_dict()
+    if out:
+        write_json(out, doc)
+        total = sum(t for t in doc["time_ms"][names[0]][prof.pus[names[0]].max_level] if t)
+        typer.echo(f"{len(prof.units)} units, {total:.2f} ms per inference on one host PU -> {out}")
+    else:
+        _emit(doc)
+
+
+@app.command("import-khadas")
+def import_khadas_cmd(src: Path = typer.Option(Path("../shared/data/khadas-vim3"), "--src"),
+                      repo: Path = typer.Option(Path("."), "--repo")):
+    """Derive profiles/, instances/ files from the raw Khadas VIM3 measurements (run once)."""
+    from pipeplan.profiles.khadas_import import import_khadas
+    if not (src / "layers_dvfs.csv").exists():
+        raise InputError(str(src), "layers_dvfs.csv", "missing (point --src at the khadas-vim3 data folder)")
+    for p in import_khadas(src, repo):
+        typer.echo(str(p))
+
+
+@app.command("bench")
+def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name"),
+              out: Optional[Path] = typer.Option(None, "--out", help="results folder (default results/<suite>)"),
+              time_limit: float = typer.Option(30.0, "--time-limit", help="seconds per run")):
+    """Solve every instance of a suite with every available solver; write CSV + markdown."""
+    from pipeplan.bench import run_suite
+    folder = out or Path("results") / suite
+    with _progress(f"bench {suite}") as progress:
+        summary = run_suite(suite, folder, time_limit=time_limit, progress=progress)
+    typer.echo(summary)
+
+
+class _progress:
+    """A rich progress line on stderr (silent when stderr is not a terminal)."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def __enter__(self):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                            TimeElapsedColumn(), transient=True,
+                            console=__import__("rich.console", fromlist=["Console"]).Console(stderr=True))
+        self.bar.__enter__()
+        self.task = self.bar.add_task(self.label, total=None)
+        return self
+
+    def __call__(self, done: int, total: int, what: str = "") -> None:
+        self.bar.update(self.task, completed=done, total=total,
+                        description=f"{self.label} {what}" if what else self.label)
+
+    def __exit__(self, *exc):
+        self.bar.__exit__(*exc)
+        return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(args=argv, standalone_mode=False)
+    except InputError as exc:
+        typer.echo(f"error: {exc.one_line()}", err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except __import__("click").ClickException as exc:
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,93 +2,126 @@
 per stage, each PU in at most one stage; dynamic programming minimises the period, then the
 latency.
 
-State: (units done, set of PUs used, PU of the last stage). A stage's time is its input stage
-(if first), the transfer of the tensors it receives from the previous stage's PU, its units
-run one after another, and the output stage (if last), the evaluator's rules for a chain. For
-a chain this DP is exact over its plan space; for a DAG, tensors crossing several stages are
-approximated as coming from the previous stage, and the plan is re-scored by the evaluator.
+State: (units done j, set of PUs used, PU of the last stage). A stage's time is its input stage
+(if first), the largest transfer of a tensor it receives from before its range (sent from the
+previous stage's PU), its units run one after another, and the output stage (if last): the
+evaluator's rules for a chain, where the DP is exact over its plan space. For a DAG, tensors
+that skip stages are approximated as sent by the previous stage; the plan is re-scored by the
+evaluator either way. The inner loop over the end of a range is vectorised with numpy, so
+operator graphs of ~1000 units take seconds.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.registry import register
 from pipeplan.solvers.mapping.common import scored_result
+
+EPS = 1e-9
+
+
+def _prefix_times(prof, n: int, pus: list[str]) -> np.ndarray:
+    """prefix[k, j] = time of units 0..j-1 on PU k at its top level (inf once one cannot run)."""
+    rows = []
+    for p in pus:
+        level = prof.pus[p].max_level
+        t = np.array([np.inf if (x := prof.time(i, p, level)) is None else x for i in range(n)])
+        rows.append(np.concatenate([[0.0], np.cumsum(t)]))
+    return np.array(rows)
+
+
+def _incoming(problem, pus: list[str]) -> list[list[tuple[int, int, np.ndarray]]]:
+    """crossing[i]: edges (src < i <= dst) as (src, dst, transfer time matrix [from PU, to PU])."""
+    prof, index = problem.profile, problem.index
+    n = len(problem.units)
+    crossing: list[list] = [[] for _ in range(n + 1)]
+    for e in problem.edges:
+        s, d = index[e.src], index[e.dst]
+        x = np.array([[prof.transfers.time_ms(e.src, a, b, e.bytes) for b in pus] for a in pus])
+        for i in range(s + 1, d + 1):
+            crossing[i].append((s, d, x))
+    return crossing
 
 
 @register("mapping", "pipeline-dp", description="contiguous pipeline stages, one PU each, DP on the period")
 def solve_pipeline_dp(problem, *, max_stages: int | None = None, **_):
     prof = problem.profile
     units = [u.name for u in problem.units]
-    n = len(units)
-    pus = list(prof.pus)
-    top = {p: prof.pus[p].max_level for p in pus}
-    inf = float("inf")
-    # prefix sums of unit times per PU (inf where a unit cannot run)
-    prefix = {}
-    for p in pus:
-        acc, row = 0.0, [0.0]
-        for i in range(n):
-            t = prof.time(i, p, top[p])
-            acc = inf if t is None else acc + t
-            row.append(acc)
-        prefix[p] = row
-    edges_into: dict[int, list] = {}
-    index = problem.index
-    for e in problem.edges:
-        edges_into.setdefault(index[e.dst], []).append(e)
+    n, pus = len(units), list(prof.pus)
+    k = len(pus)
+    prefix = _prefix_times(prof, n, pus)
+    crossing = _incoming(problem, pus)
 
     def phase(table, p):
-        ph = table.get(p, {}).get(top[p])
+        ph = table.get(p, {}).get(prof.pus[p].max_level)
         return ph.time_ms if ph else 0.0
 
-    def stage_time(i: int, j: int, p: str, prev: str | None) -> float:
-        work = prefix[p][j] - prefix[p][i] if prefix[p][j] < inf else inf
-        if work == inf:
-            return inf
-        t = work
-        if i == 0:
-            t += phase(prof.input_stage, p)
-        if j == n:
-            t += phase(prof.output_stage, p)
-        if prev is not None and prev != p:
-            t += max((prof.transfers.time_ms(e.src, prev, p, e.bytes)
-                      for k in range(i, j) for e in edges_into.get(k, ()) if index[e.src] < i), default=0.0)
-        return t
+    t_in = np.array([phase(prof.input_stage, p) for p in pus])
+    t_out = np.array([phase(prof.output_stage, p) for p in pus])
 
-    limit = min(max_stages or len(pus), len(pus))
-    # best[(j, mask, last)] = ((period, latency), back-pointer)
-    best: dict[tuple, tuple] = {(0, 0, None): ((0.0, 0.0), None)}
-    frontier = [(0, 0, None)]
-    for _stage in range(limit):
-        nxt = []
-        for state in frontier:
-            i, mask, last = state
-            (per, lat), _ = best[state]
-            for k, p in enumerate(pus):
-                if mask >> k & 1:
-                    continue
-                for j in range(i + 1, n + 1):
-                    st = stage_time(i, j, p, last)
-                    if st == inf:
-                        break
-                    val = (max(per, st), lat + st)
-                    key = (j, mask | 1 << k, p)
-                    if key not in best or val < best[key][0]:
-                        if key not in best:
-                            nxt.append(key)
-                        best[key] = (val, (state, i, j, p))
-        frontier = [s for s in nxt if s[0] < n]
-    finals = [(v[0], s) for s, v in best.items() if s[0] == n]
+    full = 1 << k
+    # best_*[mask, last, j]: best (period, latency) with units 0..j-1 done, PUs `mask` used,
+    # the last stage on PU `last`; back_*: where that state came from.
+    best_per = np.full((full, k, n + 1), np.inf)
+    best_lat = np.full((full, k, n + 1), np.inf)
+    back_i = np.full((full, k, n + 1), -1, dtype=np.int64)
+    back_last = np.full((full, k, n + 1), -1, dtype=np.int64)
+    limit = min(max_stages or k, k)
+    ends = np.arange(n + 1)
+
+    def expand(i: int, mask: int, last: int | None, per: float, lat: float) -> None:
+        for q in range(k):
+            if mask >> q & 1:
+                continue
+            work = prefix[q, i + 1:] - prefix[q, i]
+            st = work.copy()
+            if i == 0:
+                st += t_in[q]
+            st[-1] += t_out[q]
+            if last is not None and last != q and crossing[i]:
+                inflow = np.zeros(n - i)
+                for _s, d, x in crossing[i]:
+                    inflow[d - i:] = np.maximum(inflow[d - i:], x[last, q])
+                st += inflow
+            new_per = np.maximum(per, st)
+            new_lat = lat + st
+            nm = mask | 1 << q
+            cur_per, cur_lat = best_per[nm, q, i + 1:], best_lat[nm, q, i + 1:]
+            better = np.isfinite(new_per) & ((new_per < cur_per - EPS) |
+                                             ((np.abs(new_per - cur_per) <= EPS) & (new_lat < cur_lat - EPS)))
+            if better.any():
+                js = ends[i + 1:][better]
+                best_per[nm, q, js] = new_per[better]
+                best_lat[nm, q, js] = new_lat[better]
+                back_i[nm, q, js] = i
+                back_last[nm, q, js] = -1 if last is None else last
+
+    expand(0, 0, None, 0.0, 0.0)
+    masks = sorted(range(1, full), key=lambda m: bin(m).count("1"))
+    for mask in masks:
+        if bin(mask).count("1") >= limit:
+            continue
+        for last in range(k):
+            if not mask >> last & 1:
+                continue
+            for i in np.flatnonzero(np.isfinite(best_per[mask, last, :n])):
+                if i > 0:
+                    expand(int(i), mask, last, best_per[mask, last, i], best_lat[mask, last, i])
+
+    finals = [(best_per[m, q, n], best_lat[m, q, n], m, q) for m in range(1, full) for q in range(k)
+              if np.isfinite(best_per[m, q, n])]
     if not finals:
         raise ValueError("no pipeline of contiguous stages fits the PUs")
-    _, state = min(finals)
-    stage_of, pu_of, ranges = {}, {}, []
-    while best[state][1] is not None:
-        prev, i, j, p = best[state][1]
-        ranges.append((i, j, p))
-        state = prev
-    for s, (i, j, p) in enumerate(reversed(ranges)):
-        for k in range(i, j):
-            stage_of[units[k]], pu_of[units[k]] = s, p
+    _, _, mask, q = min(finals)
+    ranges, j = [], n
+    while j > 0:
+        i, prev = int(back_i[mask, q, j]), int(back_last[mask, q, j])
+        ranges.append((i, j, q))
+        mask, q, j = mask & ~(1 << q), prev, i
+    stage_of, pu_of = {}, {}
+    for s, (i, j, q) in enumerate(reversed(ranges)):
+        for u in units[i:j]:
+            stage_of[u], pu_of[u] = s, pus[q]
     plan = plan_from_assignment(tuple(units), stage_of, pu_of, instance=problem.name)
     return scored_result(problem, "pipeline-dp", plan, objective="period")

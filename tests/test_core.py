@@ -1,0 +1,52 @@
+"""Core: SolveResult JSON round-trip, registry, solve() turning solver crashes into results."""
+import pytest
+
+import pipeplan
+from pipeplan.errors import InputError
+from pipeplan import registry
+from pipeplan.registry import get_solver, register, solvers
+from pipeplan.result import Quality, SolveResult, Termination
+from tests.helpers import tiny_problem
+
+
+def test_result_round_trip():
+    p = tiny_problem({"A": [1.0, 2.0], "B": [2.0, 1.0]})
+    r = pipeplan.solve(p, "pipeline-dp", seed=3)
+    again = SolveResult.from_json(r.to_json())
+    assert again == r
+    assert again.termination is Termination.COMPLETED and again.quality is Quality.FEASIBLE
+    assert again.params["seed"] == 3
+    assert "ortools" in again.versions and "numpy" in again.versions
+
+
+def test_registry_lookup_and_unknown_name():
+    assert get_solver("mapping", "heft").name == "heft"
+    assert {s.name for s in solvers("mapping")} >= {"single", "heft", "pipeline-dp"}
+    with pytest.raises(InputError, match="unknown mapping solver"):
+        get_solver("mapping", "nope")
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """Solvers registered inside a test disappear after it."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+
+def test_solver_crash_becomes_error_result(scratch_registry):
+    @register("mapping", "test-crash", description="raises on purpose")
+    def crash(problem, **_):
+        raise RuntimeError("boom")
+
+    p = tiny_problem({"A": [1.0]})
+    r = pipeplan.solve(p, "test-crash")
+    assert r.termination is Termination.ERROR and r.quality is Quality.NONE
+    assert "boom" in r.message
+
+
+def test_unavailable_solver_reports_why(scratch_registry):
+    @register("mapping", "test-missing-lib", requires=("surely_not_installed_pkg",))
+    def never(problem, **_):  # pragma: no cover - never called
+        raise AssertionError
+
+    r = pipeplan.solve(tiny_problem({"A": [1.0]}), "test-missing-lib")
+    assert r.termination is Termination.ERROR and "surely_not_installed_pkg" in r.message

@@ -183,7 +183,7 @@ class Profile:
 # ---------------------------------------------------------------------------------- loading
 
 
-class _Reader:
+class Reader:
     """Validates a parsed JSON document, naming the file and field of the first problem."""
 
     def __init__(self, source: str):
@@ -220,7 +220,7 @@ class _Reader:
 
 
 def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
-    r = _Reader(source)
+    r = Reader(source)
     doc = r.obj(doc, "")
     schema = r.get(doc, "schema", "")
     if schema != SCHEMA:

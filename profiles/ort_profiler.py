@@ -34,6 +34,11 @@ from pipeplan.profiles.format import PU, AffineTransfer, Profile, Transfers
 LEVEL = "max"
 TRANSFER_FIXED_MS = 0.01  # hand-off between two host threads: a queue push and a wake-up
 _SEED = 0
+# ORT reports input types as strings; map them to ONNX element types.
+_ORT_TYPES = {"tensor(float)": 1, "tensor(uint8)": 2, "tensor(int8)": 3, "tensor(uint16)": 4,
+              "tensor(int16)": 5, "tensor(int32)": 6, "tensor(int64)": 7, "tensor(bool)": 9,
+              "tensor(float16)": 10, "tensor(double)": 11, "tensor(uint32)": 12,
+              "tensor(uint64)": 13}
 
 
 def profile_host(model_path: str | Path, *, pus: tuple[str, ...] = ("C0", "C1"), runs: int = 10,
@@ -86,6 +91,7 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+        session = None
         try:
             session = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
             feeds = _random_inputs(session)
@@ -95,7 +101,9 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
                     progress(done, warmup + runs)
         except Exception as exc:  # ORT raises its own exception types for bad models
             raise InputError(source, "model", f"ONNX Runtime cannot run it ({exc})") from None
-        events = json.loads(Path(session.end_profiling()).read_text())
+        finally:  # end profiling while the folder exists, also when a run failed
+            trace_file = session.end_profiling() if session is not None else None
+        events = json.loads(Path(trace_file).read_text())
     trace: dict[str, list[float]] = {}
     for e in sorted((e for e in events if e.get("cat") == "Node"), key=lambda e: e["ts"]):
         if e["name"].endswith("_kernel_time"):
@@ -104,6 +112,7 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
 
 
 def _random_inputs(session: ort.InferenceSession) -> dict[str, np.ndarray]:
+    """Standard-normal floats, random booleans, and integers 0 or 1 (valid as indices)."""
     rng = np.random.default_rng(_SEED)
     feeds = {}
     for arg in session.get_inputs():
@@ -116,13 +125,6 @@ def _random_inputs(session: ort.InferenceSession) -> dict[str, np.ndarray]:
         else:
             feeds[arg.name] = rng.integers(0, 2, size=shape).astype(dtype)
     return feeds
-
-
-# ORT reports input types as strings; map them to ONNX element types.
-_ORT_TYPES = {"tensor(float)": 1, "tensor(uint8)": 2, "tensor(int8)": 3, "tensor(uint16)": 4,
-              "tensor(int16)": 5, "tensor(int32)": 6, "tensor(int64)": 7, "tensor(bool)": 9,
-              "tensor(float16)": 10, "tensor(double)": 11, "tensor(uint32)": 12,
-              "tensor(uint64)": 13}
 
 
 def _memcpy_ms_per_mb(nbytes: int = 64_000_000, repeats: int = 3) -> float:

@@ -36,7 +36,7 @@ import networkx as nx
 
 from pipeplan.errors import InputError
 from pipeplan.io import load_json
-from pipeplan.profiles.format import PU, AffineTransfer, Profile, Transfers, _Reader
+from pipeplan.profiles.format import PU, AffineTransfer, Profile, Transfers, Reader
 
 PLATFORM_SCHEMA = "pipeplan.platform/1"
 LEVEL = "max"  # roofline profiles have one DVFS level: the top one
@@ -98,7 +98,7 @@ def load_platform(path: str | Path) -> Platform:
 
 
 def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
-    r = _Reader(source)
+    r = Reader(source)
     doc = r.obj(doc, "")
     if doc.get("schema") != PLATFORM_SCHEMA:
         raise r.fail("schema", f"expected {PLATFORM_SCHEMA!r}, got {doc.get('schema')!r}")
@@ -131,21 +131,21 @@ def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
                                                "transfer_power_mw"))
 
 
-def _no_unknown(r: _Reader, spec: dict, allowed: set[str], fld: str) -> None:
+def _no_unknown(r: Reader, spec: dict, allowed: set[str], fld: str) -> None:
     """Reject misspelt fields, which would otherwise silently fall back to defaults."""
     for key in spec:
         if key not in allowed:
             raise r.fail(f"{fld}.{key}" if fld else key, "unknown field")
 
 
-def _positive(r: _Reader, spec: dict, key: str, fld: str) -> float:
+def _positive(r: Reader, spec: dict, key: str, fld: str) -> float:
     value = r.number(r.get(spec, key, fld), f"{fld}.{key}")
     if value <= 0:
         raise r.fail(f"{fld}.{key}", f"must be positive, got {value!r}")
     return value
 
 
-def _pu(r: _Reader, name: str, spec: Any) -> PlatformPU:
+def _pu(r: Reader, name: str, spec: Any) -> PlatformPU:
     fld = f"pus.{name}"
     spec = r.obj(spec, fld)
     _no_unknown(r, spec, _PU_FIELDS, fld)
@@ -168,7 +168,7 @@ def _pu(r: _Reader, name: str, spec: Any) -> PlatformPU:
         description=str(spec.get("description", "")))
 
 
-def _link(r: _Reader, spec: Any, fld: str) -> Link:
+def _link(r: Reader, spec: Any, fld: str) -> Link:
     spec = r.obj(spec, fld)
     _no_unknown(r, spec, {"fixed_ms", "gb_per_s"}, fld)
     return Link(fixed_ms=r.number(spec.get("fixed_ms", 0.0), f"{fld}.fixed_ms"),

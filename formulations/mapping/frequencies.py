@@ -7,12 +7,15 @@ from pipeplan.formulations.mapping.problem import MappingProblem
 
 
 def levels_for(problem: MappingProblem, plan: Plan, freq: str, source: str = "--freq") -> dict[str, str]:
-    """unit -> level name. ``max``/``min`` apply to every unit's PU; otherwise a comma-separated
-    list with one level per unit (a level name of that unit's PU, e.g. ``5`` or ``4.7``)."""
+    """unit -> level name. ``max``/``min`` (or a single level name) apply to every unit's PU;
+    otherwise a comma-separated list with one level per unit (a level name of that unit's PU,
+    e.g. ``5`` or ``4.7``; for the GPU's ``gpu.host`` levels ``4`` means ``4`` with host max)."""
     prof = problem.profile
     place = plan.placement()
     names = [u.name for u in problem.units]
-    specs = [freq] * len(names) if freq in ("max", "min") else [s.strip() for s in freq.split(",")]
+    specs = [s.strip() for s in freq.split(",")]
+    if len(specs) == 1:  # max, min, or one level name for every unit
+        specs = specs * len(names)
     if len(specs) != len(names):
         raise InputError(source, "", f"{len(specs)} levels given, the instance has {len(names)} units")
     out = {}

@@ -97,17 +97,18 @@ def solve_pipeline_dp(problem, *, max_stages: int | None = None, **_):
                 back_i[nm, q, js] = i
                 back_last[nm, q, js] = -1 if last is None else last
 
-    expand(0, 0, None, 0.0, 0.0)
     masks = sorted(range(1, full), key=lambda m: bin(m).count("1"))
-    for mask in masks:
-        if bin(mask).count("1") >= limit:
-            continue
-        for last in range(k):
-            if not mask >> last & 1:
+    with np.errstate(invalid="ignore"):  # inf - inf on ranges a PU cannot run; masked by isfinite
+        expand(0, 0, None, 0.0, 0.0)
+        for mask in masks:
+            if bin(mask).count("1") >= limit:
                 continue
-            for i in np.flatnonzero(np.isfinite(best_per[mask, last, :n])):
-                if i > 0:
-                    expand(int(i), mask, last, best_per[mask, last, i], best_lat[mask, last, i])
+            for last in range(k):
+                if not mask >> last & 1:
+                    continue
+                for i in np.flatnonzero(np.isfinite(best_per[mask, last, :n])):
+                    if i > 0:
+                        expand(int(i), mask, last, best_per[mask, last, i], best_lat[mask, last, i])
 
     finals = [(best_per[m, q, n], best_lat[m, q, n], m, q) for m in range(1, full) for q in range(k)
               if np.isfinite(best_per[m, q, n])]

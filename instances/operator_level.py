@@ -1,0 +1,46 @@
+"""Operator-level mapping instances ``<platform>/<model>``: an ONNX graph shipped in the onnx
+wheel, costed by the roofline estimate of a platform file.
+
+``a311d/inception_v1`` (GoogLeNet) is calibrated: each PU's times are scaled by one factor so
+that the whole network's time on that PU equals the sum of the measured Khadas VIM3 block times
+of GoogLeNet at the top DVFS level (instance khadas-vim3/Google-parapipe, the Para-Pipe
+campaign). PUs without a measurement (the NPU) keep the roofline estimate.
+"""
+from __future__ import annotations
+
+from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
+from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.profiles.roofline import calibrate, load_platform, roofline_profile
+
+# operator-level instance -> the measured block-level instance of the same network
+CALIBRATION = {("a311d", "inception_v1"): "khadas-vim3/Google-parapipe"}
+
+
+def measured_totals(instance: str) -> dict[str, float]:
+    """Per PU: the sum of a measured instance's block times at the PU's top DVFS level."""
+    from pipeplan.instances.catalog import load_mapping
+    prof = load_mapping(instance).profile
+    out = {}
+    for name, pu in prof.pus.items():
+        times = prof.time_ms[name].get(pu.max_level, ())
+        if times and all(t is not None for t in times):
+            out[name] = sum(times)
+    return out
+
+
+def operator_instance(platform: str, model: str) -> MappingProblem:
+    from pipeplan.instances.catalog import PLATFORMS_DIR
+
+    plat = load_platform(PLATFORMS_DIR / f"{platform}.json")
+    g = load_onnx(light_model_path(model))
+    name = f"{platform}/{model}"
+    profile = roofline_profile(g, plat, name=name)
+    if (platform, model) in CALIBRATION:
+        totals = measured_totals(CALIBRATION[(platform, model)])
+        profile = calibrate(profile, {p: t for p, t in totals.items() if p in profile.pus})
+    units = tuple(Unit(name=u, op=g.nodes[u]["op"], flops=float(g.nodes[u]["flops"]),
+                       param_bytes=float(g.nodes[u]["param_bytes"]), out_bytes=float(g.nodes[u]["out_bytes"]))
+                  for u in profile.units)
+    edges = tuple(Edge(a, b, float(d.get("bytes", 0.0))) for a, b, d in g.edges(data=True))
+    return MappingProblem(name=name, units=units, edges=edges, profile=profile,
+                          source=f"{light_model_path(model)} + {PLATFORMS_DIR / f'{platform}.json'}")

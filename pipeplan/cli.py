@@ -43,6 +43,21 @@ def solvers_cmd():
         typer.echo(f"{s.kind:10s} {s.name:14s} {kind:9s} {'available' if ok else 'unavailable: ' + why:12s}  {s.description}")
 
 
+def _parse_bounds(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("period_ms", "latency_ms", "energy_mj"):
+            raise InputError("--bound", "", f"expected period_ms=X, latency_ms=X or energy_mj=X, got {item!r}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise InputError("--bound", key, f"not a number: {value!r}") from None
+        if not out[key] > 0:
+            raise InputError("--bound", key, f"must be positive, got {value!r}")
+    return out
+
+
 @app.command("solve")
 def solve_cmd(instance: str = typer.Argument(..., help="instance name or instance file"),
               solver: str = typer.Option(..., "--solver", help="solver name (see `pipeplan solvers`)"),
@@ -50,19 +65,33 @@ def solve_cmd(instance: str = typer.Argument(..., help="instance name or instanc
               seed: int = typer.Option(0, "--seed"),
               threads: int = typer.Option(1, "--threads"),
               objective: str = typer.Option("period", "--objective", help="period, latency or energy"),
+              bound: list[str] = typer.Option([], "--bound", help="epsilon bound, e.g. latency_ms=120 (exact solvers)"),
+              pus: Optional[str] = typer.Option(None, "--pus", help="use only these PUs, e.g. B,G"),
+              shared_pus: bool = typer.Option(False, "--shared-pus", help="a PU may serve several stages (cpsat)"),
               out: Optional[Path] = typer.Option(None, "--out", help="write the SolveResult JSON here")):
     """Solve a mapping instance and print (or write) the SolveResult."""
     import pipeplan
+    from pipeplan.formulations.mapping.problem import restrict_pus
     from pipeplan.instances.catalog import load_mapping
     from pipeplan.io import write_atomic
     from pipeplan.registry import get_solver
 
     if objective not in ("period", "latency", "energy"):
         raise InputError("--objective", "", f"unknown objective {objective!r} (period, latency, energy)")
-    get_solver("mapping", solver)  # unknown names fail before any work
+    info = get_solver("mapping", solver)  # unknown names fail before any work
+    bounds = _parse_bounds(bound)
+    if bounds and not info.exact:
+        raise InputError("--bound", "", f"solver {solver} is a heuristic and takes no bounds (use cpsat or milp)")
     problem = load_mapping(instance)
+    if pus:
+        problem = restrict_pus(problem, tuple(p.strip() for p in pus.split(",") if p.strip()))
+    extra = {"bounds": bounds} if bounds else {}
+    if shared_pus:
+        extra["shared_pus"] = True
     result = pipeplan.solve(problem, solver, time_limit=time_limit, seed=seed, threads=threads,
-                            objective=objective)
+                            objective=objective, **extra)
+    if result.termination.value == "infeasible":
+        raise InputError(instance, "bounds" if bounds else "instance", f"infeasible: {result.message}")
     text = result.to_json()
     if out:
         write_atomic(out, text)
@@ -74,6 +103,81 @@ def solve_cmd(instance: str = typer.Argument(..., help="instance name or instanc
         typer.echo(text, nl=False)
     if result.termination.value == "error":
         raise typer.Exit(1)
+
+
+def _solver_list(text: str) -> list[str]:
+    from pipeplan.registry import get_solver
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    for n in names:
+        get_solver("mapping", n)
+    if not names:
+        raise InputError("--solvers", "", "no solver names")
+    return names
+
+
+@app.command("compare")
+def compare_cmd(instance: str = typer.Argument(...),
+                solvers: str = typer.Option("single,heft,pipeline-dp,nsga2,cpsat,milp", "--solvers"),
+                time_limit: float = typer.Option(30.0, "--time-limit", help="seconds per solver"),
+                threads: int = typer.Option(2, "--threads"), seed: int = typer.Option(0, "--seed"),
+                out: Optional[Path] = typer.Option(None, "--out", help="folder (default results/compare/<instance>)")):
+    """Run several solvers on one instance: table (period, latency, energy, gap, time, status) + Pareto plot."""
+    from pipeplan.compare import compare, slug
+    from pipeplan.instances.catalog import load_mapping
+
+    names = _solver_list(solvers)
+    problem = load_mapping(instance)
+    folder = out or Path("results") / "compare" / slug(problem.name)
+    with _progress(f"compare {problem.name}") as progress:
+        md = compare(problem, names, folder, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
+    typer.echo(md + f"\nwritten: {folder}/compare.md, compare.csv, pareto.png")
+
+
+@app.command("pareto")
+def pareto_cmd(instance: str = typer.Argument(...),
+               x: str = typer.Option("period", "--x"), y: str = typer.Option("latency", "--y"),
+               time_limit: float = typer.Option(60.0, "--time-limit", help="seconds for the whole sweep"),
+               threads: int = typer.Option(2, "--threads"), seed: int = typer.Option(0, "--seed"),
+               out: Optional[Path] = typer.Option(None, "--out", help="folder (default results/pareto/<instance>)")):
+    """Exact Pareto front of two objectives by an epsilon-constraint sweep (CSV + PNG)."""
+    from pipeplan.compare import pareto, slug
+    from pipeplan.instances.catalog import load_mapping
+
+    for name, v in (("--x", x), ("--y", y)):
+        if v not in ("period", "latency", "energy"):
+            raise InputError(name, "", f"unknown objective {v!r} (period, latency, energy)")
+    if x == y:
+        raise InputError("--y", "", "must differ from --x")
+    problem = load_mapping(instance)
+    folder = out or Path("results") / "pareto" / slug(problem.name)
+    with _progress(f"pareto {problem.name}") as progress:
+        front = pareto(problem, x, y, folder, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
+    kx, ky = ("energy_mj" if a == "energy" else f"{a}_ms" for a in (x, y))
+    for p in front["points"]:
+        typer.echo(f"{kx}={p['objectives'][kx]:.3f}  {ky}={p['objectives'][ky]:.3f}  proven={p['proven']}")
+    state = "complete" if front["complete"] else "partial (time limit)"
+    typer.echo(f"{len(front['points'])} points, {state} -> {folder}/front_{x}_{y}.csv, .png")
+
+
+@app.command("study")
+def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out"),
+              solvers: str = typer.Option("single,heft,pipeline-dp,nsga2,cpsat,milp", "--solvers"),
+              time_limit: float = typer.Option(60.0, "--time-limit"), threads: int = typer.Option(2, "--threads"),
+              seed: int = typer.Option(0, "--seed"),
+              instances: Optional[str] = typer.Option(None, "--instances", help="comma list (default: the study set)")):
+    """The mapping study committed under results/mapping/ (tables, fronts, energy efficiency)."""
+    from pipeplan.compare import STUDY_INSTANCES, study
+    from pipeplan.instances.catalog import load_mapping
+
+    names = _solver_list(solvers)
+    chosen = [s.strip() for s in instances.split(",")] if instances else STUDY_INSTANCES
+    for inst in chosen:
+        load_mapping(inst)
+    command = "pipeplan study " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "pipeplan study"
+    with _progress("study") as progress:
+        md = study(out, names=names, instances=chosen, time_limit=time_limit, threads=threads, seed=seed,
+                   command=command.strip(), progress=progress)
+    typer.echo(md)
 
 
 @app.command("evaluate")

@@ -106,3 +106,22 @@ class MappingProblem:
             },
             "profile": self.profile.to_dict(),
         }
+
+
+def restrict_pus(problem: MappingProblem, pus: tuple[str, ...]) -> MappingProblem:
+    """The same problem on a subset of the PUs. Raises InputError naming the first unit that no
+    chosen PU can run (the request is infeasible) or an unknown PU."""
+    from dataclasses import replace
+
+    prof = problem.profile
+    for p in pus:
+        if p not in prof.pus:
+            raise InputError("--pus", p, f"unknown PU (PUs: {', '.join(prof.pus)})")
+    for i, u in enumerate(problem.units):
+        if not any(prof.can_run(i, p) for p in pus):
+            raise InputError("--pus", "", f"infeasible: unit {u.name} cannot run on any of {', '.join(pus)}")
+    keep = lambda table: {p: v for p, v in table.items() if p in pus}  # noqa: E731
+    sub = replace(prof, pus=keep(prof.pus), time_ms=keep(prof.time_ms), power_mw=keep(prof.power_mw),
+                  input_stage=keep(prof.input_stage), output_stage=keep(prof.output_stage),
+                  host_pu=prof.host_pu if prof.host_pu in pus else None)
+    return replace(problem, profile=sub, name=f"{problem.name}[{','.join(pus)}]")

@@ -1,0 +1,46 @@
+"""PNG plots (matplotlib, no display), written atomically."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from pipeplan.io import write_atomic
+
+LABELS = {"period_ms": "period (ms)", "latency_ms": "latency (ms)", "energy_mj": "energy per inference (mJ)"}
+
+
+def _figure():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def pareto_plot(path: Path, title: str, x: str, y: str, *, exact: list[dict] | None = None,
+                approx: dict[str, list[dict]] | None = None, points: dict[str, dict] | None = None) -> Path:
+    """``exact``/``approx`` are fronts (lists of objective dicts), ``points`` single solver results."""
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    if exact:
+        xs, ys = zip(*sorted((p[x], p[y]) for p in exact))
+        ax.step(xs, ys, where="post", color="black", lw=1, alpha=0.6)
+        ax.scatter(xs, ys, color="black", s=28, label="exact front (CP-SAT)", zorder=3)
+    for i, (name, front) in enumerate((approx or {}).items()):
+        if front:
+            xs, ys = zip(*sorted((p[x], p[y]) for p in front))
+            ax.scatter(xs, ys, marker="x", s=36, label=f"{name} front", zorder=4, color=f"C{i}")
+    markers = "osD^v<>P*"
+    for i, (name, obj) in enumerate((points or {}).items()):
+        if obj and x in obj and y in obj:
+            ax.scatter([obj[x]], [obj[y]], marker=markers[i % len(markers)], s=60, facecolors="none",
+                       edgecolors=f"C{i + 3}", lw=1.5, label=name, zorder=5)
+    ax.set_xlabel(LABELS.get(x, x))
+    ax.set_ylabel(LABELS.get(y, y))
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())

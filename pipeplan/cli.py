@@ -242,7 +242,8 @@ def import_khadas_cmd(src: Path = typer.Option(Path("../shared/data/khadas-vim3"
 @app.command("bench")
 def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name"),
               out: Optional[Path] = typer.Option(None, "--out", help="results folder (default results/<suite>)"),
-              time_limit: float = typer.Option(30.0, "--time-limit", help="seconds per run")):
+              time_limit: Optional[float] = typer.Option(None, "--time-limit",
+                                                         help="seconds per run (default: the suite's)")):
     """Solve every instance of a suite with every available solver; write CSV + markdown."""
     from pipeplan.bench import run_suite
     folder = out or Path("results") / suite

@@ -24,13 +24,24 @@ def slug(name: str) -> str:
 
 def run_solvers(problem, names: list[str], *, time_limit: float, threads: int, seed: int,
                 objective: str = "period", progress=None) -> dict[str, SolveResult]:
-    out = {}
-    for i, name in enumerate(names):
+    """Heuristics first; every exact solver then starts from the best heuristic plan of this run,
+    so both exact backends are compared on an equal footing."""
+    from pipeplan.formulations.mapping.plan import plan_from_dict
+    from pipeplan.registry import get_solver
+
+    order = sorted(names, key=lambda n: get_solver("mapping", n).exact)
+    out: dict[str, SolveResult] = {}
+    key = AXES[objective]
+    for i, name in enumerate(order):
         if progress:
-            progress(i, len(names), name)
+            progress(i, len(order), name)
+        warm = None
+        if get_solver("mapping", name).exact:
+            found = [r for r in out.values() if r.plan and key in r.objectives]
+            warm = plan_from_dict(min(found, key=lambda r: r.objectives[key]).plan) if found else None
         out[name] = pipeplan.solve(problem, name, time_limit=time_limit, threads=threads, seed=seed,
-                                   objective=objective)
-    return out
+                                   objective=objective, warm_start=warm)
+    return {n: out[n] for n in names}
 
 
 def result_rows(results: dict[str, SolveResult], objective: str = "period") -> list[dict]:

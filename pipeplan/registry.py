@@ -18,6 +18,9 @@ _SOLVER_MODULES: dict[str, tuple[str, ...]] = {
         "pipeplan.solvers.mapping.single",
         "pipeplan.solvers.mapping.heft",
         "pipeplan.solvers.mapping.pipeline_dp",
+        "pipeplan.solvers.mapping.milp",
+        "pipeplan.solvers.mapping.nsga2",
+        "pipeplan.solvers.mapping.cpsat",
     ),
 }
 

@@ -60,7 +60,8 @@ def test_importer_reproduces_the_committed_files(tmp_path):
 
 def test_bench_writes_csv_and_markdown(tmp_path):
     suite = tmp_path / "mini.toml"
-    suite.write_text('[mapping]\ninstances = ["khadas-vim3/SqueezeV1", "bst/squeezenet"]\nsolvers = ["*"]\n')
+    suite.write_text('[mapping]\ninstances = ["khadas-vim3/SqueezeV1", "bst/squeezenet"]\n'
+                     'solvers = ["single", "heft", "pipeline-dp"]\n')
     md = run_suite(str(suite), tmp_path / "out")
     rows = (tmp_path / "out" / "mapping.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 3

@@ -1,0 +1,423 @@
+"""Exact MILP of the operator-mapping problem through PuLP: HiGHS by default, CBC as fallback.
+
+Plan space: the brute force's (``formulations/mapping/brute_force.py``), every PU at its top
+DVFS level. Time is continuous, in ms, measured from the start of each unit's stage.
+
+* ``x[u,s,p]``: unit u in stage s on PU p (only PUs that can run u; unit 0 only in stage 0);
+  ``y[s,p]``: PU p serves stage s, at most one stage per PU; ``w[s]``: stage s is used, and
+  used stages form a prefix (symmetry). Stage indices never decrease along an edge.
+* Edge e = (u, v): ``z[e,a,b] >= on[u,a] + on[v,b] - 1`` marks the transfer a -> b, so
+  ``start[v] >= sum z * transfer``; ``same[e] = 0`` forces v into a later stage, otherwise
+  ``start[v] >= end[u] + transfer`` (big-M on ``same``).
+* Units with no path between them that may share a PU get an order binary and a big-M
+  disjunction per shared PU; a path already orders the others (stages are monotone, so the
+  whole path lies in one stage).
+* Every unit of stage 0 starts after the input stage of the first unit's PU; ``T[s]`` covers
+  every end in s, the last unit's end plus the output stage, and (as cuts) each PU's load in s
+  and the work in s of each path of a path cover.
+  Period ``P >= T[s]`` and ``>= busy[p]``; latency ``= sum T[s]``.
+* Energy (mJ) follows the evaluator: units, input/output phases, one handoff per (source unit,
+  destination PU) (``h >= z`` over the unit's out-edges), and with ``per_pu`` the idle power of
+  every PU over ``P - busy``.
+
+Big-M is the horizon H (input + every unit on its slowest PU + every transfer at its slowest +
+output): no stage of a semi-active schedule lasts longer, so ``start``/``end <= H`` is valid.
+
+The MILP's own values only steer the search: the plan is extracted (stages compacted, per-PU
+order from the start times) and re-scored by the evaluator.
+"""
+from __future__ import annotations
+
+import ctypes
+import heapq
+import math
+import os
+import sys
+import time
+from functools import lru_cache
+from itertools import combinations
+
+import networkx as nx
+import pulp
+
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.plan import Plan, Stage
+from pipeplan.registry import register
+from pipeplan.result import Quality, SolveResult, Termination
+from pipeplan.solvers.mapping.common import objective_key, scored_result
+
+AXES = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}
+TIE_BREAK = {"period": "latency", "latency": "period", "energy": "period"}
+GAP_REL = 1e-7          # HiGHS stops at 1e-4 by default; the optimum must hold to 1e-6
+TIE_SLACK = 1e-9        # the primary may exceed its optimum by this (relative and absolute)
+
+
+class MappingMilp:
+    """The PuLP model of one problem; ``objectives`` maps period/latency/energy to expressions."""
+
+    def __init__(self, problem, *, max_stages: int | None = None):
+        self.problem = problem
+        self.prof = prof = problem.profile
+        self.pus = list(prof.pus)
+        self.n = len(problem.units)
+        self.S = max(1, min(max_stages or len(self.pus), len(self.pus)))
+        self.top = {p: prof.pus[p].max_level for p in self.pus}
+        self.run = [{p: t for p in self.pus if (t := prof.time(i, p, self.top[p])) is not None}
+                    for i in range(self.n)]
+        # transfer time of each edge per PU pair, only where both ends can run and it costs time
+        self.xfer = [{(a, b): t for a in self.run[problem.index[e.src]] for b in self.run[problem.index[e.dst]]
+                      if a != b and (t := prof.transfers.time_ms(e.src, a, b, e.bytes)) > 0}
+                     for e in problem.edges]
+        self.t_in = {p: ph.time_ms if (ph := self.phase(prof.input_stage, p)) else 0.0 for p in self.pus}
+        self.t_out = {p: ph.time_ms if (ph := self.phase(prof.output_stage, p)) else 0.0 for p in self.pus}
+        self.H = (max(self.t_in.values()) + sum(max(r.values()) for r in self.run)
+                  + sum(max(x.values(), default=0.0) for x in self.xfer) + max(self.t_out.values()))
+        self.prob = pulp.LpProblem("mapping", pulp.LpMinimize)
+        self._placement()
+        self._edges()
+        self._parallel()
+        self._stage_times()
+        self.objectives = {"period": self.P, "latency": pulp.lpSum(self.T), "energy": self._energy()}
+
+    def phase(self, table, p):
+        """The input or output phase of PU ``p`` at its top level, or None."""
+        return table.get(p, {}).get(self.top[p])
+
+    def on(self, i: int, p: str):
+        return pulp.lpSum(self.x[i, s, p] for s in range(self.S) if (i, s, p) in self.x)
+
+    def in_stage(self, i: int, s: int):
+        return pulp.lpSum(self.x[i, s, p] for p in self.run[i] if (i, s, p) in self.x)
+
+    def stage_of(self, i: int):
+        return pulp.lpSum(s * self.in_stage(i, s) for s in range(1, self.S))
+
+    def busy(self, p: str):
+        return pulp.lpSum(self.on(i, p) * r[p] for i, r in enumerate(self.run) if p in r)
+
+    def _placement(self) -> None:
+        """x, y, w; each unit placed once, each PU in at most one stage, used stages a prefix."""
+        m, S, n, pus, run = self.prob, self.S, self.n, self.pus, self.run
+        self.pk = pk = {p: k for k, p in enumerate(pus)}
+        self.x = x = {(i, s, p): self.prob.add_variable(f"x_{i}_{s}_{pk[p]}", cat=pulp.LpBinary)
+                      for i in range(n) for s in range(S if i else 1) for p in run[i]}
+        self.y = y = {(s, p): self.prob.add_variable(f"y_{s}_{pk[p]}", cat=pulp.LpBinary)
+                      for s in range(S) for p in pus}
+        self.w = w = [self.prob.add_variable(f"w_{s}", cat=pulp.LpBinary) for s in range(S)]
+        for i in range(n):
+            m += pulp.lpSum(self.in_stage(i, s) for s in range(S)) == 1
+        for (i, s, p), var in x.items():
+            m += var <= y[s, p]
+        for s in range(S):
+            for p in pus:
+                m += y[s, p] <= pulp.lpSum(x[i, s, p] for i in range(n) if (i, s, p) in x)
+                m += y[s, p] <= w[s]
+            m += w[s] <= pulp.lpSum(y[s, p] for p in pus)
+            if s:
+                m += w[s] <= w[s - 1]
+        for p in pus:
+            m += pulp.lpSum(y[s, p] for s in range(S)) <= 1
+        self.start = [self.prob.add_variable(f"start_{i}", 0, self.H) for i in range(n)]
+        self.end = [self.start[i] + pulp.lpSum(self.on(i, p) * t for p, t in run[i].items()) for i in range(n)]
+
+    def _edges(self) -> None:
+        """Monotone stages, transfers (z), precedence inside a stage (same)."""
+        m, idx, start, end = self.prob, self.problem.index, self.start, self.end
+        self.same, self.z = [], {}
+        for k, e in enumerate(self.problem.edges):
+            u, v = idx[e.src], idx[e.dst]
+            same = self.prob.add_variable(f"same_{k}", cat=pulp.LpBinary)
+            self.same.append(same)
+            m += self.stage_of(v) >= self.stage_of(u)
+            m += self.stage_of(v) - self.stage_of(u) >= 1 - same
+            for (a, b) in self.xfer[k]:
+                z = self.z[k, a, b] = self.prob.add_variable(f"z_{k}_{self.pk[a]}_{self.pk[b]}", 0, 1)
+                m += z >= self.on(u, a) + self.on(v, b) - 1
+            moved = pulp.lpSum(self.z[k, a, b] * t for (a, b), t in self.xfer[k].items())
+            if self.xfer[k]:
+                m += start[v] >= moved
+            m += start[v] >= end[u] + moved - (self.H + max(self.xfer[k].values(), default=0.0)) * (1 - same)
+
+    def _parallel(self) -> None:
+        """Units with no path between them: one order binary per pair, a disjunction per PU
+        both can run on (they share it only inside one stage)."""
+        m, start, end, H = self.prob, self.start, self.end, self.H
+        reach = nx.transitive_closure_dag(self.problem.graph)
+        names = [u.name for u in self.problem.units]
+        self.order = {}
+        for i, j in combinations(range(self.n), 2):
+            shared = [p for p in self.run[i] if p in self.run[j]]
+            if not shared or reach.has_edge(names[i], names[j]):
+                continue
+            o = self.order[i, j] = self.prob.add_variable(f"o_{i}_{j}", cat=pulp.LpBinary)
+            for p in shared:
+                apart = 2 - self.on(i, p) - self.on(j, p)
+                m += start[j] >= end[i] - H * (1 - o) - H * apart
+                m += start[i] >= end[j] - H * o - H * apart
+
+    def _stage_times(self) -> None:
+        """T[s] and P: input before stage 0, every end, the output after the last unit."""
+        m, S, n, H, x, run = self.prob, self.S, self.n, self.H, self.x, self.run
+        self.T = T = [self.prob.add_variable(f"T_{s}", 0, H) for s in range(S)]
+        self.P = P = self.prob.add_variable("P", 0)
+        in_time = pulp.lpSum(x[0, 0, p] * self.t_in[p] for p in run[0])
+        in_max, out_max, last = max(self.t_in.values()), max(self.t_out.values()), n - 1
+        out_time = pulp.lpSum(self.on(last, p) * self.t_out[p] for p in run[last])
+        for i in range(n):
+            if in_max > 0:
+                m += self.start[i] >= in_time - in_max * (1 - self.in_stage(i, 0))
+            for s in range(S):
+                if i == last and out_max > 0:
+                    m += T[s] >= self.end[i] + out_time - (H + out_max) * (1 - self.in_stage(i, s))
+                else:
+                    m += T[s] >= self.end[i] - H * (1 - self.in_stage(i, s))
+        # valid cuts that the big-M rows above hide from the LP relaxation: a stage lasts at
+        # least each PU's load in it, and at least the work of its units on any one path
+        groups = [[(i, p) for i in range(n) if p in run[i]] for p in self.pus]
+        groups += [[(i, p) for i in path for p in run[i]] for path in _path_cover(self.problem)]
+        for s in range(S):
+            for group in groups:
+                work = pulp.lpSum(x[i, s, p] * run[i][p] for i, p in group if (i, s, p) in x)
+                m += T[s] >= work + (in_time if s == 0 else 0)
+            m += P >= T[s]
+        for p in self.pus:
+            m += P >= self.busy(p)
+
+    def _energy(self):
+        """Energy per frame (mJ) as the evaluator counts it."""
+        prof, m, n, idx, last = self.prof, self.prob, self.n, self.problem.index, self.n - 1
+        energy = [self.on(i, p) * t * prof.power(i, p, self.top[p]) / 1000.0
+                  for i in range(n) for p, t in self.run[i].items()]
+        energy += [self.x[0, 0, p] * ph.time_ms * ph.power_mw / 1000.0
+                   for p in self.run[0] if (ph := self.phase(prof.input_stage, p))]
+        energy += [self.on(last, p) * ph.time_ms * ph.power_mw / 1000.0
+                   for p in self.run[last] if (ph := self.phase(prof.output_stage, p))]
+        # one handoff per (source unit, PU pair); its time is the longest of the unit's
+        # out-edges (they are equal when, as in every catalogue instance, they carry one tensor)
+        handoff: dict[tuple[int, str, str], float] = {}
+        if prof.transfers.power_mw > 0:
+            for k, e in enumerate(self.problem.edges):
+                for (a, b), t in self.xfer[k].items():
+                    key = (idx[e.src], a, b)
+                    handoff[key] = max(handoff.get(key, 0.0), t)
+        self.h = {key: self.prob.add_variable(f"h_{key[0]}_{self.pk[key[1]]}_{self.pk[key[2]]}", 0, 1)
+                  for key in handoff}
+        for (k, a, b), z in self.z.items():
+            if (key := (idx[self.problem.edges[k].src], a, b)) in self.h:
+                m += self.h[key] >= z
+        energy += [self.h[key] * t * prof.transfers.power_mw / 1000.0 for key, t in handoff.items()]
+        if prof.power_model == "per_pu":
+            energy += [(self.P - self.busy(p)) * prof.pus[p].idle_power_mw / 1000.0 for p in self.pus]
+        return pulp.lpSum(energy)
+
+    def add_upper_bound(self, axis: str, value: float) -> None:
+        self.prob += self.objectives[axis] <= value
+
+    # ------------------------------------------------------------------------------ plans
+
+    def plan(self) -> Plan:
+        """The plan of the current solution: stages compacted, per-PU order by start time."""
+        problem, n = self.problem, len(self.problem.units)
+        names = [u.name for u in problem.units]
+        place = {i: (s, p) for (i, s, p), var in self.x.items() if var.varValue > 0.5}
+        start = [v.varValue for v in self.start]
+        end = [e.value() for e in self.end]
+        stages = []
+        for s in sorted({s for s, _ in place.values()}):
+            members = {i for i in range(n) if place[i][0] == s}
+            # a global topological order of the stage, earliest start first: it respects
+            # precedence even where solver tolerances blur the start times, so it never deadlocks
+            waiting = {i: 0 for i in members}
+            succs: dict[int, list[int]] = {i: [] for i in members}
+            for e in problem.edges:
+                a, b = problem.index[e.src], problem.index[e.dst]
+                if a in members and b in members:
+                    waiting[b] += 1
+                    succs[a].append(b)
+            ready = [(start[i], end[i], i) for i in members if not waiting[i]]
+            heapq.heapify(ready)
+            order: dict[str, list[str]] = {}
+            while ready:
+                _, _, i = heapq.heappop(ready)
+                order.setdefault(place[i][1], []).append(names[i])
+                for j in succs[i]:
+                    waiting[j] -= 1
+                    if not waiting[j]:
+                        heapq.heappush(ready, (start[j], end[j], j))
+            pus = tuple(p for p in self.pus if p in order)
+            stages.append(Stage(pus, {p: tuple(order[p]) for p in pus}))
+        return Plan(tuple(stages), shared_pus=False, instance=problem.name)
+
+    def set_start(self, plan: Plan) -> bool:
+        """Load ``plan`` (scored by the evaluator) as the solver's starting solution; False when
+        the plan lies outside this model (shared PUs, more stages than the model has)."""
+        problem = self.problem
+        if plan.shared_pus or len(plan.stages) > self.S:
+            return False
+        idx = problem.index
+        place = {idx[u]: sp for u, sp in plan.placement().items()}
+        if any((i, s, p) not in self.x for i, (s, p) in place.items()):
+            return False
+        ev = evaluate(problem, plan)
+        rank = {u: r for stage in plan.stages for units in stage.order.values() for r, u in enumerate(units)}
+        names = [u.name for u in problem.units]
+        values = {var: float(place[i] == (s, p)) for (i, s, p), var in self.x.items()}
+        values |= {var: float(any(q == p and t == s for t, q in place.values())) for (s, p), var in self.y.items()}
+        values |= {var: float(s < len(plan.stages)) for s, var in enumerate(self.w)}
+        values |= {var: ev.start_ms[names[i]] for i, var in enumerate(self.start)}
+        values |= {var: (ev.stage_times_ms[s] if s < len(plan.stages) else 0.0) for s, var in enumerate(self.T)}
+        values[self.P] = ev.period_ms
+        for k, e in enumerate(problem.edges):
+            (su, pu), (sv, pv) = place[idx[e.src]], place[idx[e.dst]]
+            values[self.same[k]] = float(su == sv)
+            for (a, b) in self.xfer[k]:
+                values[self.z[k, a, b]] = float((a, b) == (pu, pv))
+        for (i, a, b), var in self.h.items():
+            values[var] = max((values[self.z[k, a, b]] for k, e in enumerate(problem.edges)
+                               if idx[e.src] == i and (a, b) in self.xfer[k]), default=0.0)
+        for (i, j), var in self.order.items():
+            values[var] = float(place[i][1] != place[j][1] or rank[names[i]] < rank[names[j]])
+        for var, value in values.items():
+            var.setInitialValue(value)
+        return True
+
+
+def _path_cover(problem) -> list[list[int]]:
+    """Disjoint paths covering the DAG, longest (in units) first: the units of one stage on a
+    path run one after another (stages are monotone along it), whatever their PUs."""
+    g = problem.graph.copy()
+    paths = []
+    while g.number_of_nodes():
+        path = nx.dag_longest_path(g, weight=None)
+        paths.append([problem.index[u] for u in path])
+        g.remove_nodes_from(path)
+    return paths
+
+
+# ------------------------------------------------------------------------------ backends
+
+
+class _HiGHS(pulp.HiGHS):
+    """``pulp.HiGHS`` that hands the variables' current values to HiGHS as a MIP start (pulp's
+    in-process HiGHS interface ignores them)."""
+
+    def callSolver(self, lp):
+        known = [(v.index, v.varValue) for v in lp.variables() if v.varValue is not None]
+        if known:
+            cols, vals = zip(*known)
+            lp.solverModel.setSolution(len(cols), list(cols), list(vals))
+        super().callSolver(lp)
+
+
+@lru_cache(maxsize=None)
+def _highs_banner_to_stderr() -> None:
+    """HiGHS prints a banner on C stdout when the process makes its first Highs object, before
+    ``output_flag`` can be cleared: make that first one with stdout pointing at stderr, so that
+    stdout carries only results (the CLI prints its JSON there)."""
+    import highspy
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        highspy.Highs()
+        ctypes.CDLL(None).fflush(None)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _make_solver(backend: str, *, time_limit, threads, seed, warm: bool):
+    if backend == "highs":
+        _highs_banner_to_stderr()
+        return _HiGHS(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL, random_seed=seed)
+    # CBC is deterministic by default and its randomCbcSeed 0 means "seed from the clock"
+    options = [f"randomCbcSeed {seed}"] if seed else []
+    return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL,
+                             warmStart=warm, options=options)
+
+
+def pick_backend(backend: str) -> str:
+    """``backend`` when its solver is available, else the other one."""
+    checks = {"highs": lambda: pulp.HiGHS().available(), "cbc": lambda: pulp.PULP_CBC_CMD(msg=False).available()}
+    if backend not in checks:
+        raise ValueError(f"unknown backend {backend!r} (use highs or cbc)")
+    for name in (backend, *(b for b in checks if b != backend)):
+        if checks[name]():
+            return name
+    raise RuntimeError("neither HiGHS (highspy) nor CBC is available to PuLP")
+
+
+def _run(model: MappingMilp, axis: str, backend: str, *, time_limit, threads, seed):
+    """Minimise ``axis``; returns (state, value, dual bound or None) with state one of
+    optimal / feasible / infeasible / none."""
+    prob = model.prob
+    prob.setObjective(model.objectives[axis])
+    warm = any(v.varValue is not None for v in prob.variables())
+    prob.solve(_make_solver(backend, time_limit=time_limit, threads=threads, seed=seed, warm=warm))
+    state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
+             pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "none")
+    dual = None
+    if backend == "highs" and state == "feasible":
+        value = prob.solverModel.getInfo().mip_dual_bound
+        dual = value + prob.objective.constant if math.isfinite(value) else None
+    value = prob.objective.value() if state in ("optimal", "feasible") else None
+    return state, value, dual
+
+
+# ------------------------------------------------------------------------------ solver
+
+
+@register("mapping", "milp", exact=True, requires=("pulp",),
+          description="MILP (PuLP; HiGHS, else CBC): stages, PU sets, placement and schedule, proven optimal")
+def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: str = "period",
+               bounds: dict | None = None, max_stages: int | None = None, backend: str = "highs",
+               shared_pus: bool = False, **_) -> SolveResult:
+    """Minimise ``objective`` under the epsilon ``bounds`` ({"latency_ms": ..., ...}), then its
+    tie-break with the primary held at its optimum. ``warm_start``: a Plan to start from.
+    ``time_limit`` (s) covers building the model and both solves."""
+    began = time.perf_counter()
+
+    def left(at_least: float = 0.0):
+        return None if time_limit is None else max(at_least, time_limit - (time.perf_counter() - began))
+
+    if objective not in AXES:
+        raise ValueError(f"unknown objective {objective!r} (choose from {', '.join(AXES)})")
+    if shared_pus:
+        raise ValueError("the MILP models disjoint PU sets only (cpsat handles shared PUs)")
+    backend = pick_backend(backend)
+    model = MappingMilp(problem, max_stages=max_stages)
+    axis_of = {key: axis for axis, key in AXES.items()}
+    for key, value in (bounds or {}).items():
+        if key not in axis_of:
+            raise ValueError(f"unknown bound {key!r} (use {', '.join(AXES.values())})")
+        model.add_upper_bound(axis_of[key], value)
+    notes = []
+    if warm_start is not None and not model.set_start(warm_start):
+        notes.append("warm start ignored (shared PUs or more stages than the model has)")
+    params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": model.S}
+    run = dict(backend=backend, threads=threads, seed=seed)
+    state, value, dual = _run(model, objective, **run, time_limit=left(at_least=1.0))
+    if state in ("infeasible", "none"):
+        if state == "infeasible":
+            termination = Termination.INFEASIBLE
+            notes.append(f"no plan meets the bounds {bounds}" if bounds else "no plan fits the model")
+        else:
+            termination = Termination.TIME_LIMIT if time_limit is not None else Termination.ERROR
+            notes.append(f"no plan found ({pulp.LpStatus[model.prob.status]})")
+        return SolveResult("mapping", problem.name, "milp", termination, Quality.NONE, params=params,
+                           message="; ".join(notes))
+    plan = model.plan()
+    key = AXES[objective]
+    if state == "feasible":
+        notes.append("stopped at the time limit")
+        return scored_result(problem, "milp", plan, objective=objective, termination=Termination.TIME_LIMIT,
+                             quality=Quality.FEASIBLE, bound={key: dual} if dual is not None else None,
+                             params=params, message="; ".join(notes))
+    model.add_upper_bound(objective, value * (1 + TIE_SLACK) + TIE_SLACK)
+    if left() != 0.0:
+        second, _, _ = _run(model, TIE_BREAK[objective], **run, time_limit=left())
+        if second in ("optimal", "feasible"):
+            plan = min(plan, model.plan(), key=lambda pl: objective_key(objective)(evaluate(problem, pl)))
+    bound = {key: evaluate(problem, plan).objectives()[key]}
+    return scored_result(problem, "milp", plan, objective=objective, termination=Termination.OPTIMAL,
+                         quality=Quality.PROVEN_OPTIMAL, bound=bound, params=params, message="; ".join(notes))

@@ -1,0 +1,243 @@
+"""NSGA-II (pymoo) over the mapping plan space: a Pareto front of two or three of period,
+latency and energy.
+
+Genotype: two integer genes per unit, interleaved (stage, PU) in unit order, so that point
+crossover exchanges whole ranges of units. Any gene vector decodes to a feasible plan through
+:meth:`GeneCodec.repair`, which pymoo applies as a Repair operator: the repaired genes are
+written back into the population, so the search works on feasible genotypes only. Every plan
+is scored by the evaluator. Besides the population, every evaluated plan feeds an archive, and
+the returned front is the non-dominated set of that archive.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import pipeplan
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.pareto import AXIS_KEYS, non_dominated, rounded
+from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment, plan_from_dict
+from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.registry import register
+from pipeplan.result import Termination
+from pipeplan.solvers.mapping.common import OBJECTIVES, scored_result
+
+SEED_HEURISTICS = ("single", "heft", "pipeline-dp")
+REPAIR_MEMO = 1 << 16  # repaired vectors remembered; the memo is emptied when full to bound memory
+
+
+class GeneCodec:
+    """Gene vectors <-> plans of one problem, with the repair that makes any vector feasible.
+
+    Genes ``x[2i]`` (stage, in ``[0, S)``) and ``x[2i + 1]`` (PU index, in ``[0, k)``) belong
+    to unit ``i``; S is the number of PUs (or ``max_stages`` if smaller), the most stages
+    disjoint PU sets allow.
+    """
+
+    def __init__(self, problem: MappingProblem, max_stages: int | None = None):
+        self.problem = problem
+        self.names = tuple(u.name for u in problem.units)
+        self.pus = problem.pu_names
+        prof = problem.profile
+        n, k = len(self.names), len(self.pus)
+        # time[i, p] at the PU's top level; inf where the unit cannot run
+        self.time = np.array([[t if (t := prof.time(i, p, prof.pus[p].max_level)) is not None else np.inf
+                               for p in self.pus] for i in range(n)])
+        stuck = [self.names[i] for i in range(n) if not np.isfinite(self.time[i]).any()]
+        if stuck:
+            raise ValueError(f"units no PU can run: {', '.join(stuck[:5])}")
+        self.preds = [[problem.index[e.src] for e in problem.preds[u]] for u in self.names]
+        self.n_stages = min(max_stages or k, k)
+        self.upper = np.tile([self.n_stages - 1, k - 1], n)
+        self._repaired: dict[bytes, bytes] = {}  # gene vector -> repaired, both as int8 bytes
+
+    def repair(self, genes) -> np.ndarray:
+        """The feasible gene vector closest (by the rules below) to ``genes``; idempotent.
+
+        1. Stages: unit 0 in stage 0, each unit in at least the stage of its predecessors
+           (units are in topological order), stage numbers compacted to 0..m-1.
+        2. PUs, until settled: a PU used by several stages stays with the stage holding most of
+           its work; a unit on a PU it cannot run or that its stage lost moves to the fastest
+           PU its stage owns that can run it, else to the fastest free PU that can, else its
+           stage merges into the previous one (stage 0 absorbs stage 1) and PUs settle again.
+
+        Memoised: once the population converges, pymoo's mating loop redraws the same vectors
+        many times while it looks for offspring that are not duplicates.
+        """
+        genes = np.clip(np.asarray(genes, dtype=np.int64), 0, self.upper)
+        key = genes.astype(np.int8).tobytes()  # genes are stage and PU indices, < 128
+        fixed = self._repaired.get(key)
+        if fixed is None:
+            stage = self._monotone_stages(genes[0::2])
+            pu = genes[1::2].copy()
+            while (merge := self._settle_pus(stage, pu)) is not None:
+                stage[stage >= merge] -= 1
+            out = np.empty_like(genes)
+            out[0::2], out[1::2] = stage, pu
+            if len(self._repaired) >= REPAIR_MEMO:
+                self._repaired.clear()
+            fixed = self._repaired[key] = out.astype(np.int8).tobytes()
+        return np.frombuffer(fixed, dtype=np.int8).astype(np.int64)
+
+    def _monotone_stages(self, wanted: np.ndarray) -> np.ndarray:
+        stage = np.zeros(len(wanted), dtype=np.int64)
+        for i in range(1, len(wanted)):
+            stage[i] = max([int(wanted[i])] + [stage[p] for p in self.preds[i]])
+        return np.unique(stage, return_inverse=True)[1].astype(np.int64)
+
+    def _settle_pus(self, stage: np.ndarray, pu: np.ndarray) -> int | None:
+        """Make ``pu`` runnable and the stages' PU sets disjoint in place; returns the stage to
+        merge into its predecessor when some unit finds no PU, else None."""
+        runnable = np.isfinite(self.time[np.arange(len(pu)), pu])
+        owner: dict[int, int] = {}
+        for p in range(len(self.pus)):
+            on_p = runnable & (pu == p)
+            if on_p.any():
+                work = np.bincount(stage[on_p], weights=self.time[on_p, p])
+                owner[p] = int(np.argmax(work))  # ties: the earliest stage
+        for i in np.flatnonzero(~runnable | np.array([owner.get(p) != s for p, s in zip(pu, stage)])):
+            s = int(stage[i])
+            choices = [p for p, o in owner.items() if o == s and np.isfinite(self.time[i, p])]
+            if not choices:
+                choices = [p for p in range(len(self.pus)) if p not in owner and np.isfinite(self.time[i, p])]
+            if not choices:
+                return max(s, 1)
+            pu[i] = min(choices, key=lambda p: (self.time[i, p], p))
+            owner[int(pu[i])] = s
+        return None
+
+    def plan(self, genes) -> Plan:
+        """The plan of a repaired gene vector; units run in unit (topological) order on each PU."""
+        stage_of = {u: int(s) for u, s in zip(self.names, genes[0::2])}
+        pu_of = {u: self.pus[int(p)] for u, p in zip(self.names, genes[1::2])}
+        return plan_from_assignment(self.names, stage_of, pu_of, instance=self.problem.name)
+
+    def encode(self, plan: Plan) -> np.ndarray:
+        """Genes of ``plan`` (repaired: a plan outside the gene space maps to a nearby one)."""
+        place = plan.placement()
+        genes = np.zeros(2 * len(self.names), dtype=np.int64)
+        for i, u in enumerate(self.names):
+            s, p = place[u]
+            genes[2 * i], genes[2 * i + 1] = s, self.pus.index(p)
+        return self.repair(genes)
+
+
+class Archive:
+    """Every distinct plan the search meets, evaluated once: repaired genes -> evaluator objectives."""
+
+    def __init__(self, codec: GeneCodec, objectives: tuple[str, ...]):
+        self.codec = codec
+        self.keys = [AXIS_KEYS[o] for o in objectives]
+        self.scores: dict[bytes, dict[str, float]] = {}
+
+    def score(self, x) -> list[float]:
+        genes = self.codec.repair(x)
+        key = genes.astype(np.int8).tobytes()
+        if key not in self.scores:
+            self.scores[key] = evaluate(self.codec.problem, self.codec.plan(genes)).objectives()
+        return [self.scores[key][k] for k in self.keys]
+
+    def front(self) -> list[tuple[tuple[float, ...], bytes]]:
+        """Non-dominated points (lexicographic order), each with the first plan that reached it."""
+        first: dict[tuple[float, ...], bytes] = {}
+        for key, objs in self.scores.items():
+            first.setdefault(rounded([objs[k] for k in self.keys]), key)
+        return [(point, first[point]) for point in non_dominated(first)]
+
+
+def _nsga2(archive: Archive, initial: np.ndarray, pop_size: int):
+    """pymoo's NSGA-II on the archive's problem: two-point crossover, the reset mutation below
+    and the codec's repair. pymoo is imported here, not with the module, so that the registry
+    loads without it and reports the solver unavailable instead."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.core.mutation import Mutation
+    from pymoo.core.problem import Problem
+    from pymoo.core.repair import Repair
+    from pymoo.operators.crossover.pntx import TwoPointCrossover
+
+    codec = archive.codec
+
+    class MappingMOP(Problem):
+        def _evaluate(self, X, out, *args, **kwargs):
+            out["F"] = np.array([archive.score(x) for x in X], dtype=float)
+
+    class GeneRepair(Repair):
+        def _do(self, problem, X, **kwargs):
+            return np.array([codec.repair(x) for x in X])
+
+    class ResetMutation(Mutation):
+        """Each gene is redrawn uniformly within its bounds with probability 1/n_var (PU genes
+        are categorical, so a redraw suits them better than a polynomial step)."""
+
+        def _do(self, problem, X, random_state=None, **kwargs):
+            xl, xu = problem.bounds()
+            hit = random_state.random(X.shape) < 1.0 / problem.n_var
+            return np.where(hit, random_state.integers(xl, xu + 1, size=X.shape), X)
+
+    problem = MappingMOP(n_var=len(codec.upper), n_obj=len(archive.keys), xl=0, xu=codec.upper, vtype=int)
+    algorithm = NSGA2(pop_size=pop_size, sampling=initial, crossover=TwoPointCrossover(),
+                      mutation=ResetMutation(), repair=GeneRepair(), eliminate_duplicates=True)
+    return problem, algorithm
+
+
+def _check_objectives(objectives) -> tuple[str, ...]:
+    objectives = tuple(objectives)
+    if not 2 <= len(objectives) <= 3 or len(set(objectives)) != len(objectives) \
+            or any(o not in OBJECTIVES for o in objectives):
+        raise ValueError(f"objectives must be two or three distinct of {', '.join(OBJECTIVES)}; got {objectives}")
+    return objectives
+
+
+def _initial_genes(codec: GeneCodec, problem: MappingProblem, *, pop_size: int, seed: int,
+                   warm_start, max_stages: int | None) -> np.ndarray:
+    """The heuristics' plans (and ``warm_start``) as genes, topped up with random vectors."""
+    plans = [plan_from_dict(warm_start) if isinstance(warm_start, dict) else warm_start]
+    for name in SEED_HEURISTICS:
+        params = {"max_stages": max_stages} if name == "pipeline-dp" else {}
+        plans.append(plan_from_dict(r.plan) if (r := pipeplan.solve(problem, name, **params)).plan else None)
+    seeded = [codec.encode(p) for p in plans if p is not None]
+    rng = np.random.default_rng(seed)
+    randoms = rng.integers(0, codec.upper + 1, size=(max(0, pop_size - len(seeded)), len(codec.upper)))
+    return np.vstack(seeded + [randoms])
+
+
+@register("mapping", "nsga2", exact=False, requires=("pymoo",),
+          description="NSGA-II (pymoo): Pareto front of period / latency / energy")
+def solve_nsga2(problem: MappingProblem, *, time_limit: float | None = None, seed: int = 0, threads: int = 1,
+                warm_start=None, objectives=None, objective: str = "period", pop_size: int = 60,
+                generations: int = 200, max_stages: int | None = None, **_):
+    """``threads`` is accepted for the common interface; the search runs in one thread.
+    ``objectives`` defaults to ``objective`` and its usual partner (period-latency,
+    latency-period, energy-period); the returned plan is the front's best on the first."""
+    began = time.perf_counter()
+    if objectives is None:
+        objectives = (objective, {"period": "latency", "latency": "period", "energy": "period"}.get(objective, "latency"))
+    objectives = _check_objectives(objectives)
+    codec = GeneCodec(problem, max_stages)
+    archive = Archive(codec, objectives)
+    initial = _initial_genes(codec, problem, pop_size=pop_size, seed=seed, warm_start=warm_start,
+                             max_stages=max_stages)
+    mop, algorithm = _nsga2(archive, initial, pop_size)
+    algorithm.setup(mop, termination=("n_gen", generations), seed=seed, verbose=False)
+    timed_out, generations_run = False, 0
+    while algorithm.has_next():  # the first step evaluates the initial population, whatever the time
+        algorithm.next()
+        generations_run += 1
+        if time_limit is not None and time.perf_counter() - began >= time_limit:
+            timed_out = algorithm.has_next()
+            break
+
+    front = archive.front()  # lexicographic: front[0] is best on the first objective, then the second
+    best_key = front[0][1]
+    plans = {key: codec.plan(np.frombuffer(key, dtype=np.int8)) for _, key in front}
+    result = scored_result(
+        problem, "nsga2", plans[best_key], objective=objectives[0],
+        termination=Termination.TIME_LIMIT if timed_out else Termination.COMPLETED,
+        params={"objectives": list(objectives), "pop_size": pop_size, "generations": generations,
+                "generations_run": generations_run,
+                "evaluations": len(archive.scores), "max_stages": codec.n_stages},
+        message=f"{len(front)} non-dominated plans from {len(archive.scores)} evaluated")
+    result.front = [{"objectives": dict(archive.scores[key]),
+                     "plan": {**plans[key].to_dict(), "instance": problem.name}} for _, key in front]
+    return result

@@ -106,18 +106,34 @@ def compare(problem, names: list[str], out: Path, *, time_limit: float, threads:
                         seed=seed)
     approx = {n: [p["objectives"] for p in r.front] for n, r in results.items() if r.front}
     points = {n: r.objectives for n, r in results.items() if not r.front and r.objectives}
+    hv = hv_ratios(problem, exact["points"], approx)
     md = (f"# {problem.name}: heuristic vs exact\n\n"
           f"`pipeplan compare {problem.name} --solvers {','.join(names)} --time-limit {time_limit:g}`\n\n"
           + markdown_table(rows)
           + f"\nExact (period, latency) front: {len(exact['points'])} points"
-          + ("" if exact["complete"] else " (sweep stopped by its time limit: partial)") + ".\n")
+          + ("" if exact["complete"] else " (sweep stopped by its time limit: partial)") + ".\n"
+          + "".join(f"Hypervolume of the {n} front / exact front: {v:.4f} (reference point {hv['ref']}).\n"
+                    for n, v in hv["ratios"].items()))
     write_atomic(out / "compare.csv", csv_text(rows))
     write_atomic(out / "compare.md", md)
     write_json(out / "results.json", {n: r.to_dict() for n, r in results.items()})
+    write_json(out / "hypervolume.json", hv)
     write_atomic(out / "front_period_latency.csv", front_csv(exact["points"], "period", "latency"))
     pareto_plot(out / "pareto.png", f"{problem.name}: period vs latency", "period_ms", "latency_ms",
                 exact=[p["objectives"] for p in exact["points"]], approx=approx, points=points)
     return md
+
+
+def hv_ratios(problem, exact_points: list[dict], approx: dict[str, list[dict]]) -> dict:
+    """Hypervolume ratio of each approximate (period, latency) front to the exact one, against
+    the instance's fixed reference point."""
+    from pipeplan.formulations.mapping.pareto import hv_ratio, reference_point
+
+    ref = reference_point(problem, ("period", "latency"))
+    exact = [(p["objectives"]["period_ms"], p["objectives"]["latency_ms"]) for p in exact_points]
+    ratios = {n: hv_ratio([(p["period_ms"], p["latency_ms"]) for p in front], exact, ref)
+              for n, front in approx.items()}
+    return {"ref": [round(v, 6) for v in ref], "ratios": ratios}
 
 
 def pareto(problem, x: str, y: str, out: Path, *, time_limit: float, threads: int, seed: int, progress=None) -> dict:
@@ -189,6 +205,9 @@ def study(out: Path, *, names: list[str], instances: list[str], time_limit: floa
         for n, r in results.items():
             p = r.objectives.get("period_ms")
             row[f"{n}_ratio"] = p / best if p and best else None
+        hv = json.loads((folder / "hypervolume.json").read_text())["ratios"]
+        row["nsga2_hv_ratio"] = hv.get("nsga2")
+        row["nsga2_time_s"] = results["nsga2"].wall_time_s if "nsga2" in results else None
         summary.append(row)
         effs.append(energy_efficiency(problem, time_limit=time_limit, threads=threads, seed=seed))
     lines = ["# Operator mapping: heuristic vs exact, Pareto fronts, energy efficiency", "",
@@ -198,13 +217,14 @@ def study(out: Path, *, names: list[str], instances: list[str], time_limit: floa
              "CSV/JSON/PNG.", "",
              "## Period of each solver relative to the CP-SAT plan (1.00 = same period)", "",
              "| instance | units | PUs | CP-SAT status | CP-SAT time (s) | gap | period (ms) | "
-             + " | ".join(names) + " |",
-             "|---|---|---|---|---|---|---|" + "---|" * len(names)]
+             + " | ".join(names) + " | NSGA-II HV / exact | NSGA-II time (s) |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|"]
     for r in summary:
         gap = "-" if r["cpsat_gap"] is None else f"{100 * r['cpsat_gap']:.2f}%"
         ratios = " | ".join(_cell(r.get(f"{n}_ratio"), 3) for n in names)
         lines.append(f"| {r['instance']} | {r['units']} | {r['pus']} | {r['cpsat_status']} | "
-                     f"{_cell(r['cpsat_time_s'], 1)} | {gap} | {_cell(r['period_opt_ms'])} | {ratios} |")
+                     f"{_cell(r['cpsat_time_s'], 1)} | {gap} | {_cell(r['period_opt_ms'])} | {ratios} | "
+                     f"{_cell(r['nsga2_hv_ratio'], 4)} | {_cell(r['nsga2_time_s'], 1)} |")
     lines += ["", "## Energy efficiency (inferences per joule) of throughput-optimal plans", "",
               "Hierarchical = CP-SAT min period then min energy over all plans; pipelined = pipeline-dp "
               "(contiguous stages, one PU each); non-pipelined = CP-SAT min period with one stage over all PUs. "

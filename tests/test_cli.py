@@ -152,3 +152,43 @@ def test_cyclic_onnx(tmp_path):
     proc = cli("profile", path, "--out", out, "--runs", "1", "--warmup", "0")
     assert_input_error(proc, "cyc.onnx")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ exact solvers on the CLI
+
+def test_compare_writes_table_and_plot(tmp_path):
+    proc = cli("compare", "khadas-vim3/SqueezeV1", "--solvers", "single,pipeline-dp,nsga2,cpsat",
+               "--time-limit", "10", "--threads", "1", "--out", tmp_path / "cmp")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("compare.csv", "compare.md", "pareto.png", "front_period_latency.csv", "hypervolume.json"):
+        assert (tmp_path / "cmp" / name).exists(), name
+    assert "| cpsat | optimal/proven_optimal |" in proc.stdout
+
+
+def test_pareto_writes_front(tmp_path):
+    proc = cli("pareto", "khadas-vim3/InceptionV3", "--x", "period", "--y", "latency", "--out", tmp_path / "pf")
+    assert proc.returncode == 0, proc.stderr
+    rows = (tmp_path / "pf" / "front_period_latency.csv").read_text().splitlines()
+    assert len(rows) >= 3 and "6 points, complete" in proc.stdout
+    periods = [float(r.split(",")[0]) for r in rows[1:]]
+    latencies = [float(r.split(",")[1]) for r in rows[1:]]
+    assert periods == sorted(periods) and latencies == sorted(latencies, reverse=True)
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--bound", "latency_ms=50"], ["khadas-vim3/Google", "infeasible"]),
+    (["--bound", "latency_ms=abc"], ["--bound", "not a number"]),
+    (["--pus", "Q"], ["--pus", "unknown PU"]),
+])
+def test_infeasible_or_bad_exact_requests(tmp_path, args, needles):
+    out = tmp_path / "r.json"
+    proc = cli("solve", "khadas-vim3/Google", "--solver", "cpsat", *args, "--out", out)
+    assert_input_error(proc, *needles)
+    assert not out.exists()
+
+
+def test_pu_set_that_cannot_run_a_unit(tmp_path):
+    out = tmp_path / "r.json"
+    proc = cli("solve", "a311d/inception_v1", "--solver", "cpsat", "--pus", "N", "--out", out)
+    assert_input_error(proc, "--pus", "infeasible", "cannot run on any of N")
+    assert not out.exists()

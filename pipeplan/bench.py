@@ -1,31 +1,72 @@
-"""``pipeplan bench``: run a suite of instances x solvers and write a CSV and a markdown table.
+"""``pipeplan bench``: run a suite of instances x solvers x seeds of every system.
 
-A suite is a TOML file under instances/suites/. Each run's objectives come from the
-formulation's evaluator (solvers return re-scored results); the tables also give each
-solver's ratio to the best plan found for the same instance in the same run.
+A suite is a TOML file under instances/suites/ with one ``[[<system>]]`` group per block of
+runs (``mapping``, ``gradcode``, ``rollout``): instance and solver patterns (shell globs over
+the catalogue and the registry), seeds, a time limit per run, solver parameters.
+
+Reliability: each run executes in its own process, killed when it overruns its time limit
+(recorded as ``time_limit``); a crash is recorded as ``error`` with its message and the suite
+goes on. Every finished run is appended to ``runs.jsonl`` and flushed at once, so killing the
+bench loses no finished record, and a rerun skips the runs already recorded (resume). The
+engine is local processes by default, or Ray tasks (``--engine ray``) on a local Ray or an
+existing cluster (``RAY_ADDRESS``).
 """
 from __future__ import annotations
 
-import csv
 import fnmatch
-import io
-import platform
+import json
+import multiprocessing as mp
+import os
+import time
 import tomllib
+import traceback
+import warnings
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
-import pipeplan
 from pipeplan.errors import InputError
-from pipeplan.instances.catalog import INSTANCES_DIR, load_mapping, mapping_instance_names
-from pipeplan.io import write_atomic
-from pipeplan.registry import solvers
+from pipeplan.instances.catalog import INSTANCES_DIR
+from pipeplan.io import write_json
 
 SUITES_DIR = INSTANCES_DIR / "suites"
-COLUMNS = ("instance", "solver", "termination", "quality", "period_ms", "latency_ms", "energy_mj",
-           "gap", "wall_time_s", "period_ratio_to_best", "message")
+RECORDS = "runs.jsonl"
+SYSTEMS = ("mapping", "gradcode", "rollout")
+GRACE_S = 10.0  # start-up allowance on top of a run's time limit before it is killed
 
 
-def load_suite(name: str) -> dict:
+@dataclass(frozen=True)
+class Run:
+    system: str
+    instance: str
+    solver: str
+    seed: int
+    time_limit: float
+    params: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.system}|{self.instance}|{self.solver}|{self.seed}"
+
+
+# ----------------------------------------------------------------------------- catalogues
+
+def catalogue(system: str) -> tuple[Callable[[], list[str]], Callable[[str], object]]:
+    """(instance names, loader) of a system."""
+    if system == "mapping":
+        from pipeplan.instances.catalog import load_mapping, mapping_instance_names
+        return mapping_instance_names, load_mapping
+    if system == "gradcode":
+        from pipeplan.instances.gradcode import instance_names, load_instance
+        return instance_names, load_instance
+    if system == "rollout":
+        from pipeplan.instances.rollout import instance_names, load_instance
+        return instance_names, load_instance
+    raise KeyError(system)
+
+
+def load_suite(name: str) -> tuple[Path, dict]:
     path = Path(name) if name.endswith(".toml") else SUITES_DIR / f"{name}.toml"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.toml")))
@@ -34,103 +75,230 @@ def load_suite(name: str) -> dict:
         suite = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise InputError(str(path), "", f"invalid TOML ({exc})") from None
-    groups = suite.get("mapping")
-    groups = [groups] if isinstance(groups, dict) else groups
-    if not isinstance(groups, list) or not groups:
-        raise InputError(str(path), "mapping", "expected a [mapping] table or [[mapping]] groups")
-    for i, g in enumerate(groups):
-        if not isinstance(g, dict) or not isinstance(g.get("instances"), list):
-            raise InputError(str(path), f"mapping[{i}].instances", "expected a list of instance patterns")
-        limit = g.get("time_limit", 30.0)
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-            raise InputError(str(path), f"mapping[{i}].time_limit", f"expected a positive number, got {limit!r}")
-    suite["mapping"] = groups
-    return suite
+    groups = [k for k in suite if k in SYSTEMS]
+    if not groups:
+        raise InputError(str(path), "", f"no [[{']], [['.join(SYSTEMS)}]] groups")
+    for system in groups:
+        blocks = suite[system] if isinstance(suite[system], list) else [suite[system]]
+        for i, g in enumerate(blocks):
+            where = f"{system}[{i}]"
+            if not isinstance(g, dict) or not isinstance(g.get("instances"), list) or not g["instances"]:
+                raise InputError(str(path), f"{where}.instances", "expected a non-empty list of instance patterns")
+            limit = g.get("time_limit", 30.0)
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+                raise InputError(str(path), f"{where}.time_limit", f"expected a positive number, got {limit!r}")
+            seeds = g.get("seeds", [0])
+            if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+                raise InputError(str(path), f"{where}.seeds", "expected a list of integers")
+            if not isinstance(g.get("params", {}), dict):
+                raise InputError(str(path), f"{where}.params", "expected a table of solver parameters")
+        suite[system] = blocks
+    return path, suite
 
 
 def _select(patterns: list[str], names: list[str]) -> list[str]:
     return [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
 
 
-def _runs(suite: dict, time_limit: float | None) -> list[tuple[str, str, float, str]]:
-    """(instance, solver, time limit, objective) for every run of the suite, in order."""
-    available = [s.name for s in solvers("mapping") if s.available()[0]]
-    names = mapping_instance_names()
-    runs = []
-    for g in suite["mapping"]:
-        for inst in _select(g["instances"], names):
-            for solver in _select(g.get("solvers", ["*"]), available):
-                runs.append((inst, solver, time_limit or float(g.get("time_limit", 30.0)),
-                             g.get("objective", "period")))
+def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite") -> list[Run]:
+    """Every run of the suite in order; ``time_limit`` overrides the groups' limits."""
+    from pipeplan.registry import solvers
+
+    runs: list[Run] = []
+    for system in SYSTEMS:
+        if system not in suite:
+            continue
+        names_of, _ = catalogue(system)
+        names = names_of()
+        available = [s.name for s in solvers(system) if s.available()[0]]
+        for i, g in enumerate(suite[system]):
+            instances = _select(g["instances"], names)
+            if not instances:
+                raise InputError(source, f"{system}[{i}].instances", f"no instance matches {g['instances']}")
+            chosen = _select(g.get("solvers", ["*"]), available)
+            for inst in instances:
+                for solver in chosen:
+                    for seed in g.get("seeds", [0]):
+                        runs.append(Run(system, inst, solver, seed, time_limit or float(g.get("time_limit", 30.0)),
+                                        dict(g.get("params", {}))))
     return runs
 
 
-def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, progress=None) -> str:
-    """``time_limit`` overrides the suite's per-group limits when given."""
-    suite = load_suite(suite_name)
-    runs = _runs(suite, time_limit)
-    names = list(dict.fromkeys(solver for _, solver, _, _ in runs))
-    instances = list(dict.fromkeys(inst for inst, _, _, _ in runs))
-    total = len(runs)
-    rows: list[dict] = []
-    for i, (inst, solver, limit, objective) in enumerate(runs):
-        problem = load_mapping(inst)  # cached by the catalogue
-        if progress:
-            progress(i, total, f"{inst} {solver}")
-        r = pipeplan.solve(problem, solver, time_limit=limit, seed=0, threads=1, objective=objective)
-        o = r.objectives
-        rows.append({"instance": inst, "solver": solver, "termination": r.termination.value,
-                     "quality": r.quality.value, "period_ms": o.get("period_ms"),
-                     "latency_ms": o.get("latency_ms"), "energy_mj": o.get("energy_mj"),
-                     "gap": r.gap, "wall_time_s": r.wall_time_s, "message": r.message})
-    if progress:
-        progress(total, total, "done")
-    for inst in instances:
-        mine = [r for r in rows if r["instance"] == inst and r["period_ms"]]
-        best = min((r["period_ms"] for r in mine), default=None)
-        for r in mine:
-            r["period_ratio_to_best"] = r["period_ms"] / best
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
-    writer.writeheader()
-    for r in rows:
-        writer.writerow({k: _fmt(r.get(k)) for k in COLUMNS})
-    md = _markdown(suite_name, rows, names)
-    write_atomic(out / "mapping.csv", buf.getvalue())
-    write_atomic(out / "report.md", md)
-    return md
+# ----------------------------------------------------------------------------- one run
+
+def execute(run: Run) -> dict:
+    """Solve one run in this process and return its record (never raises)."""
+    import pipeplan
+    from pipeplan.result import library_versions
+
+    began = time.perf_counter()
+    record = {"system": run.system, "instance": run.instance, "solver": run.solver, "seed": run.seed,
+              "time_limit": run.time_limit}
+    try:
+        _, load = catalogue(run.system)
+        problem = load(run.instance)
+        result = pipeplan.solve(problem, run.solver, time_limit=run.time_limit, seed=run.seed, threads=1,
+                                **run.params)
+        record.update({"termination": result.termination.value, "quality": result.quality.value,
+                       "objectives": result.objectives, "bound": result.bound, "gap": result.gap,
+                       "wall_time_s": result.wall_time_s, "message": result.message,
+                       "front": [p.get("objectives", {}) for p in result.front],
+                       "versions": result.versions})
+    except Exception as exc:  # a crashed run is a record, not the end of the suite
+        record.update({"termination": "error", "quality": "none", "objectives": {}, "bound": {}, "gap": None,
+                       "wall_time_s": time.perf_counter() - began,
+                       "message": f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=2).splitlines()[-1]}",
+                       "front": [], "versions": library_versions()})
+    return record
 
 
-def _fmt(v):
-    return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)
+def _child(run: Run, conn) -> None:
+    conn.send(execute(run))
+    conn.close()
 
 
-def _markdown(suite: str, rows: list[dict], names: list[str]) -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"# pipeplan bench --suite {suite}", "",
-             f"Made by `pipeplan bench --suite {suite}` on {when}, {platform.machine()} "
-             f"({platform.python_implementation()} {platform.python_version()}).", "",
-             "## Mapping: period (ms) per solver, and ratio to the best period found in this run", "",
-             "| instance | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    by = {(r["instance"], r["solver"]): r for r in rows}
-    for inst in dict.fromkeys(r["instance"] for r in rows):
-        cells = []
-        for s in names:
-            r = by.get((inst, s))
-            if r is None or r["period_ms"] is None:
-                cells.append(r["termination"] if r else "-")
+def _stopped(run: Run, why: str, elapsed: float) -> dict:
+    from pipeplan.result import library_versions
+    return {"system": run.system, "instance": run.instance, "solver": run.solver, "seed": run.seed,
+            "time_limit": run.time_limit, "termination": why, "quality": "none", "objectives": {}, "bound": {},
+            "gap": None, "wall_time_s": elapsed,
+            "message": ("killed: ran past its time limit" if why == "time_limit" else "the run's process died"),
+            "front": [], "versions": library_versions()}
+
+
+def run_local(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace_s: float = GRACE_S) -> None:
+    """Each run in its own process (at most ``jobs`` at once), killed past its limit + grace."""
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    pending = list(runs)
+    active: list[tuple[Run, mp.Process, object, float]] = []
+    while pending or active:
+        while pending and len(active) < jobs:
+            run = pending.pop(0)
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(run, send), daemon=True)
+            proc.start()
+            send.close()
+            active.append((run, proc, recv, time.perf_counter()))
+        time.sleep(0.02)
+        still = []
+        for run, proc, recv, started in active:
+            elapsed = time.perf_counter() - started
+            if recv.poll():
+                try:
+                    record = recv.recv()
+                except EOFError:
+                    record = _stopped(run, "error", elapsed)
+                proc.join()
+                on_record(record)
+            elif not proc.is_alive():
+                on_record(_stopped(run, "error", elapsed))
+            elif elapsed > run.time_limit * 1.1 + grace_s:
+                proc.kill()
+                proc.join()
+                on_record(_stopped(run, "time_limit", elapsed))
             else:
-                cells.append(f"{r['period_ms']:.1f} (x{r['period_ratio_to_best']:.2f})")
-        lines.append(f"| {inst} | " + " | ".join(cells) + " |")
-    lines += ["", "## Mapping: latency (ms) / energy (mJ) per solver", "",
-              "| instance | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for inst in dict.fromkeys(r["instance"] for r in rows):
-        cells = []
-        for s in names:
-            r = by.get((inst, s))
-            cells.append("-" if r is None or r["latency_ms"] is None else f"{r['latency_ms']:.1f} / {r['energy_mj']:.0f}")
-        lines.append(f"| {inst} | " + " | ".join(cells) + " |")
-    errors = [r for r in rows if r["termination"] == "error"]
-    lines += ["", f"Runs: {len(rows)}; errors: {len(errors)}."]
-    lines += [f"- {r['instance']} / {r['solver']}: {r['message']}" for r in errors]
-    return "\n".join(lines) + "\n"
+                still.append((run, proc, recv, started))
+        active = still
+
+
+def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace_s: float = GRACE_S) -> None:
+    """The same runs as Ray tasks (local Ray, or the cluster at RAY_ADDRESS); records stream back
+    as tasks finish; a task past its limit + grace is cancelled and recorded as time_limit."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--engine", "ray", "Ray is not installed (pip install 'pipeplan[ray]')") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        address = os.environ.get("RAY_ADDRESS")
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                 **({} if address else {"num_cpus": jobs}))
+    remote = ray.remote(num_cpus=1, max_retries=0)(execute)
+    try:
+        pending = list(runs)
+        inflight: dict = {}
+        while pending or inflight:
+            while pending and len(inflight) < jobs:
+                run = pending.pop(0)
+                inflight[remote.remote(run)] = (run, time.perf_counter())
+            done, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+            for ref in done:
+                run, started = inflight.pop(ref)
+                try:
+                    on_record(ray.get(ref))
+                except Exception as exc:  # the task itself died
+                    rec = _stopped(run, "error", time.perf_counter() - started)
+                    rec["message"] = f"ray task failed: {type(exc).__name__}: {exc}"
+                    on_record(rec)
+            for ref, (run, started) in list(inflight.items()):
+                if time.perf_counter() - started > run.time_limit * 1.1 + grace_s:
+                    ray.cancel(ref, force=True)
+                    inflight.pop(ref)
+                    on_record(_stopped(run, "time_limit", time.perf_counter() - started))
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+# ----------------------------------------------------------------------------- the suite
+
+def read_records(path: Path) -> list[dict]:
+    """Records of a runs.jsonl; a torn last line (the bench was killed mid-write) is ignored."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def record_key(r: dict) -> str:
+    return f"{r['system']}|{r['instance']}|{r['solver']}|{r['seed']}"
+
+
+def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jobs: int = 1,
+              engine: str = "local", progress=None, grace_s: float = GRACE_S) -> dict:
+    """Run every run of the suite not yet in ``out/runs.jsonl``; returns counts."""
+    path, suite = load_suite(suite_name)
+    runs = plan_runs(suite, time_limit, str(path))
+    cores = os.cpu_count() or 1
+    if jobs > cores:
+        warnings.warn(f"--jobs {jobs} exceeds the {cores} cores of this machine: runs will compete for CPU")
+    out.mkdir(parents=True, exist_ok=True)
+    records_path = out / RECORDS
+    done = {record_key(r) for r in read_records(records_path)}
+    todo = [r for r in runs if r.key not in done]
+    total, finished = len(runs), len(runs) - len(todo)
+    began = time.perf_counter()
+    write_json(out / "suite.json", {
+        "suite": suite_name, "source": str(path), "engine": engine, "jobs": jobs,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine()})
+    with records_path.open("a") as fh:
+        def on_record(record: dict) -> None:
+            nonlocal finished
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            finished += 1
+            if progress:
+                progress(finished, total, f"{record['system']} {record['instance']} {record['solver']}")
+
+        if progress:
+            progress(finished, total, "")
+        if engine == "local":
+            run_local(todo, jobs, on_record, grace_s)
+        elif engine == "ray":
+            run_ray(todo, jobs, on_record, grace_s)
+        else:
+            raise InputError("--engine", "", f"unknown engine {engine!r} (local, ray)")
+    return {"runs": total, "skipped": total - len(todo), "ran": len(todo),
+            "wall_time_s": time.perf_counter() - began}
+
+
+def _machine() -> dict:
+    import platform
+    return {"machine": platform.machine(), "processor": platform.processor(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "system": platform.system()}

@@ -240,16 +240,36 @@ def import_khadas_cmd(src: Path = typer.Option(Path("../shared/data/khadas-vim3"
 
 
 @app.command("bench")
-def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name"),
-              out: Optional[Path] = typer.Option(None, "--out", help="results folder (default results/<suite>)"),
+def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or TOML file"),
+              engine: str = typer.Option("local", "--engine", help="local processes or ray"),
+              jobs: int = typer.Option(1, "--jobs", min=1, help="runs at once (each uses one thread)"),
               time_limit: Optional[float] = typer.Option(None, "--time-limit",
-                                                         help="seconds per run (default: the suite's)")):
-    """Solve every instance of a suite with every available solver; write CSV + markdown."""
-    from pipeplan.bench import run_suite
-    folder = out or Path("results") / suite
+                                                         help="seconds per run (default: the suite's)"),
+              out: Optional[Path] = typer.Option(None, "--out", help="results folder (default results/<suite>)")):
+    """Run a suite (instances x solvers x seeds of every system), then write its report.
+    Finished runs are appended to runs.jsonl; a rerun skips them."""
+    from pipeplan.bench import load_suite, run_suite
+    from pipeplan.report import write_report
+
+    if engine not in ("local", "ray"):
+        raise InputError("--engine", "", f"unknown engine {engine!r} (local, ray)")
+    if time_limit is not None and not time_limit > 0:
+        raise InputError("--time-limit", "", "must be positive")
+    load_suite(suite)  # validate before creating any folder
+    folder = out or Path("results") / Path(suite).stem
     with _progress(f"bench {suite}") as progress:
-        summary = run_suite(suite, folder, time_limit=time_limit, progress=progress)
-    typer.echo(summary)
+        counts = run_suite(suite, folder, time_limit=time_limit, jobs=jobs, engine=engine, progress=progress)
+    write_report(folder)
+    typer.echo(f"{counts['runs']} runs ({counts['skipped']} already recorded, {counts['ran']} run now) in "
+               f"{counts['wall_time_s']:.0f} s -> {folder}/runs.jsonl, report.md, summary.csv")
+
+
+@app.command("report")
+def report_cmd(results_dir: Path = typer.Argument(..., help="a bench results folder")):
+    """Summarise a bench folder: summary.csv and report.md with tables and plots."""
+    from pipeplan.report import write_report
+    write_report(results_dir)
+    typer.echo(f"-> {results_dir}/report.md, summary.csv")
 
 
 class _progress:

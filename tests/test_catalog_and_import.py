@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan.bench import run_suite
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS
 from pipeplan.instances.catalog import load_mapping, measured_names, operator_names
 from pipeplan.profiles.khadas_import import import_khadas
@@ -56,14 +55,3 @@ def test_importer_reproduces_the_committed_files(tmp_path):
     for path in written:
         rel = path.relative_to(tmp_path)
         assert filecmp.cmp(path, ROOT / rel, shallow=False), f"{rel} differs from the committed copy"
-
-
-def test_bench_writes_csv_and_markdown(tmp_path):
-    suite = tmp_path / "mini.toml"
-    suite.write_text('[mapping]\ninstances = ["khadas-vim3/SqueezeV1", "bst/squeezenet"]\n'
-                     'solvers = ["single", "heft", "pipeline-dp"]\n')
-    md = run_suite(str(suite), tmp_path / "out")
-    rows = (tmp_path / "out" / "mapping.csv").read_text().splitlines()
-    assert len(rows) == 1 + 2 * 3
-    assert "| khadas-vim3/SqueezeV1 |" in md and "(x1.00)" in md
-    assert "errors: 0" in md

@@ -1,0 +1,123 @@
+"""``pipeplan report RESULTS_DIR``: summarise a bench's runs.jsonl into summary.csv and
+report.md, with one section per system and PNG plots.
+
+Mapping: per instance, each solver's period, its ratio to the proven optimum (or to the best
+bound when nothing was proven, flagged), gap, time and status; a Pareto plot of the NSGA-II
+front and every solver's plan. Other systems contribute their own sections through
+``SECTIONS`` (tables and plots built from their records).
+"""
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from pathlib import Path
+
+from pipeplan.bench import RECORDS, read_records
+from pipeplan.errors import InputError
+from pipeplan.io import load_json, write_atomic
+from pipeplan.plots import pareto_plot
+
+SUMMARY_COLUMNS = ("system", "instance", "solver", "seed", "termination", "quality", "objective_1",
+                   "value_1", "objective_2", "value_2", "objective_3", "value_3", "gap", "wall_time_s", "message")
+
+
+def _fmt(v, digits=2):
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def summary_csv(records: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in records:
+        row = {k: r.get(k) for k in ("system", "instance", "solver", "seed", "termination", "quality", "gap",
+                                      "wall_time_s", "message")}
+        for i, (k, v) in enumerate(sorted((r.get("objectives") or {}).items())[:3], start=1):
+            row[f"objective_{i}"], row[f"value_{i}"] = k, f"{v:.6g}" if isinstance(v, float) else v
+        if isinstance(row["gap"], float):
+            row["gap"] = f"{row['gap']:.6g}"
+        if isinstance(row["wall_time_s"], float):
+            row["wall_time_s"] = f"{row['wall_time_s']:.4g}"
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def mapping_section(records: list[dict], out: Path) -> list[str]:
+    by_inst: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_inst[r["instance"]].append(r)
+    solvers = list(dict.fromkeys(r["solver"] for r in records))
+    lines = ["## Operator mapping: heuristic vs exact", "",
+             "Period (ms) per solver and its ratio to the proven optimum (`opt`), or to the best lower "
+             "bound when no exact run proved one (`lb`, flagged); gap and time of the exact runs.", "",
+             "| instance | reference | " + " | ".join(solvers) + " |", "|---|---|" + "---|" * len(solvers)]
+    gaps = ["", "| instance | " + " | ".join(f"{s} gap / time (s) / status" for s in solvers) + " |",
+            "|---|" + "---|" * len(solvers)]
+    plots = []
+    for inst, rs in by_inst.items():
+        proven = [r["objectives"]["period_ms"] for r in rs
+                  if r.get("quality") == "proven_optimal" and r["objectives"].get("period_ms")]
+        bounds = [r["bound"]["period_ms"] for r in rs if (r.get("bound") or {}).get("period_ms")]
+        ref, tag = (min(proven), "opt") if proven else ((max(bounds), "lb") if bounds else (None, "-"))
+        cells, gcells = [], []
+        for s in solvers:
+            r = next((x for x in rs if x["solver"] == s), None)
+            p = (r or {}).get("objectives", {}).get("period_ms")
+            if r is None:
+                cells.append("-")
+                gcells.append("-")
+                continue
+            cells.append(r["termination"] if p is None else
+                         f"{p:.1f} (x{p / ref:.3f})" if ref else f"{p:.1f}")
+            gap = "-" if r.get("gap") is None else f"{100 * r['gap']:.1f}%"
+            gcells.append(f"{gap} / {_fmt(r.get('wall_time_s'), 1)} / {r['termination']}")
+        lines.append(f"| {inst} | {_fmt(ref)} {tag} | " + " | ".join(cells) + " |")
+        gaps.append(f"| {inst} | " + " | ".join(gcells) + " |")
+        front = next((x["front"] for x in rs if x.get("front")), None)
+        if front:
+            name = f"pareto_{inst.replace('/', '__')}.png"
+            pareto_plot(out / name, f"{inst}: period vs latency", "period_ms", "latency_ms",
+                        approx={"nsga2": front},
+                        points={x["solver"]: x["objectives"] for x in rs if x.get("objectives") and not x.get("front")})
+            plots.append(f"![{inst}]({name})")
+    return lines + gaps + ["", "Pareto plots (NSGA-II front and each solver's plan):", ""] + plots + [""]
+
+
+SECTIONS = {"mapping": mapping_section}
+
+
+def write_report(results_dir: Path) -> str:
+    records_path = results_dir / RECORDS
+    if not records_path.exists():
+        raise InputError(str(results_dir), RECORDS, "no bench records here (run `pipeplan bench` first)")
+    records = read_records(records_path)
+    if not records:
+        raise InputError(str(records_path), "", "empty: no finished run recorded")
+    suite = load_json(results_dir / "suite.json") if (results_dir / "suite.json").exists() else {}
+    m = suite.get("machine", {})
+    counts = defaultdict(int)
+    for r in records:
+        counts[r["termination"]] += 1
+    lines = [f"# pipeplan bench report: {suite.get('suite', results_dir.name)}", "",
+             f"Command: `pipeplan bench --suite {suite.get('suite', '?')}` (engine {suite.get('engine', '?')}, "
+             f"jobs {suite.get('jobs', '?')}); machine: {m.get('machine', '?')}, {m.get('cores', '?')} cores, "
+             f"Python {m.get('python', '?')}; started {suite.get('started', '?')}.", "",
+             f"{len(records)} runs: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".", ""]
+    by_system: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_system[r["system"]].append(r)
+    for system, rs in by_system.items():
+        section = SECTIONS.get(system)
+        lines += section(rs, results_dir) if section else [f"## {system}", "", "(no report section)", ""]
+    errors = [r for r in records if r["termination"] == "error" or str(r.get("message", "")).startswith("killed")]
+    if errors:
+        lines += ["## Runs that failed or were stopped", ""]
+        lines += [f"- {r['system']} {r['instance']} {r['solver']} seed {r['seed']}: {r['termination']}: "
+                  f"{r['message']}" for r in errors]
+    md = "\n".join(lines) + "\n"
+    write_atomic(results_dir / "summary.csv", summary_csv(records))
+    write_atomic(results_dir / "report.md", md)
+    return md

@@ -17,6 +17,7 @@ from pipeplan.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
+app.add_typer(__import__("pipeplan.cli_gradcode", fromlist=["app"]).app, name="gradcode")
 
 
 def _emit(obj) -> None:
@@ -272,13 +273,81 @@ def report_cmd(results_dir: Path = typer.Argument(..., help="a bench results fol
     typer.echo(f"-> {results_dir}/report.md, summary.csv")
 
 
+def _model_file(model: str) -> Path:
+    """An ONNX file, or the name of a model shipped in the onnx wheel (e.g. inception_v1)."""
+    from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_path
+    return light_model_path(model) if model in LIGHT_MODELS and not Path(model).exists() else Path(model)
+
+
+@app.command("export")
+def export_cmd(plan: Path = typer.Argument(..., help="a plan or SolveResult JSON file"),
+               model: str = typer.Option(..., "--model", help="ONNX file, or a model of the onnx wheel (inception_v1)"),
+               out: Path = typer.Option(..., "--out", help="export folder (replaced if it holds an earlier export)"),
+               instance: Optional[str] = typer.Option(None, "--instance", help="instance, if the plan names none"),
+               platform: Optional[Path] = typer.Option(None, "--platform",
+                                                       help="platform file (default: the instance's, else host.json)"),
+               seed: int = typer.Option(0, "--seed", help="seed of the random weights of weightless models")):
+    """Cut a model along a plan: one ONNX sub-model per stage and branch group, plus manifest.json."""
+    from pipeplan.deploy.export import export_plan
+    doc = export_plan(plan, _model_file(model), out, instance=instance, platform_file=platform, seed=seed)
+    groups = sum(len(s["groups"]) for s in doc["stages"])
+    p = doc["predicted"]
+    typer.echo(f"{len(doc['stages'])} stages, {groups} sub-models; predicted period {p['period_ms']:.2f} ms, "
+               f"latency {p['latency_ms']:.2f} ms -> {out}")
+
+
+@app.command("run")
+def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan export)"),
+            frames: int = typer.Option(200, "--frames", help="frames to stream through (at least 2)"),
+            seed: int = typer.Option(0, "--seed", help="seed of the random input frames"),
+            as_json: bool = typer.Option(False, "--json", help="print the whole report as JSON")):
+    """Run an export as a pipeline on ONNX Runtime: throughput, latency, PU busy share, output check."""
+    from pipeplan.deploy.executor import run_export
+    with _progress(f"run {folder.name}") as progress:
+        report = run_export(folder, frames=frames, seed=seed, progress=progress)
+    if as_json:
+        _emit(report)
+    else:
+        typer.echo(f"{report['frames']} frames: period {report['measured_period_ms']:.2f} ms measured / "
+                   f"{report['predicted_period_ms']:.2f} ms predicted ({report['throughput_fps']:.1f} fps); "
+                   f"latency median {report['latency_ms_median']:.2f} ms, p90 {report['latency_ms_p90']:.2f} ms / "
+                   f"{report['predicted_latency_ms']:.2f} ms predicted")
+        typer.echo("busy: " + ", ".join(f"{pu} {share:.0%}" for pu, share in report["pu_busy_share"].items())
+                   + f"; outputs match the unsplit model: {'yes' if report['outputs_match'] else 'NO'}")
+    if not report["outputs_match"]:
+        raise typer.Exit(1)
+
+
+@app.command("deploy-loop")
+def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--models", help="models of the onnx wheel"),
+                    out: Path = typer.Option(Path("results/deploy"), "--out"),
+                    solvers: str = typer.Option("single,pipeline-dp,heft,cpsat", "--solvers"),
+                    frames: int = typer.Option(200, "--frames"),
+                    runs: int = typer.Option(10, "--runs", help="profiling runs per model"),
+                    cpsat_time_limit: float = typer.Option(30.0, "--cpsat-time-limit", help="seconds per exact solve"),
+                    seed: int = typer.Option(0, "--seed")):
+    """Profile the host, solve, export, run: predicted vs measured period and latency (CSV + markdown)."""
+    from pipeplan.deploy.loop import deploy_loop
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    if not names:
+        raise InputError("--models", "", "no model names")
+    command = "pipeplan " + " ".join(sys.argv[1:]) if len(sys.argv) > 1 else "pipeplan deploy-loop"
+    with _progress("deploy-loop") as progress:
+        md = deploy_loop(names, out, solvers=tuple(_solver_list(solvers)), frames=frames, runs=runs,
+                         cpsat_time_limit=cpsat_time_limit, seed=seed, command=command, progress=progress)
+    typer.echo(md + f"\nwritten: {out}/deploy.md, deploy.csv")
+
+
 class _progress:
-    """A rich progress line on stderr (silent when stderr is not a terminal)."""
+    """A rich progress line on stderr; silent when stderr is not a terminal."""
 
     def __init__(self, label: str):
         self.label = label
+        self.bar = None
 
     def __enter__(self):
+        if not sys.stderr.isatty():
+            return self
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                             TimeElapsedColumn(), transient=True,
@@ -287,12 +356,15 @@ class _progress:
         self.task = self.bar.add_task(self.label, total=None)
         return self
 
-    def __call__(self, done: int, total: int, what: str = "") -> None:
+    def __call__(self, done: int, total: int | None, what: str = "") -> None:
+        if self.bar is None:
+            return
         self.bar.update(self.task, completed=done, total=total,
                         description=f"{self.label} {what}" if what else self.label)
 
     def __exit__(self, *exc):
-        self.bar.__exit__(*exc)
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
         return False
 
 
@@ -307,9 +379,12 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(130)
-    except __import__("click").ClickException as exc:
-        typer.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(2)
+    except Exception as exc:
+        # usage errors of typer's bundled click (bad option values, missing arguments)
+        if type(exc).__module__.endswith("click.exceptions") and hasattr(exc, "format_message"):
+            typer.echo(f"error: {exc.format_message()}".replace("\n", " "), err=True)
+            sys.exit(2)
+        raise
 
 
 if __name__ == "__main__":

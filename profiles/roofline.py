@@ -12,13 +12,19 @@ A platform file is JSON with ``"schema": "pipeplan.platform/1"``::
                     "active_power_mw": 1500, "idle_power_mw": 100,
                     "launch_overhead_ms": 0.03,        # per operator
                     "supported_ops": ["Conv", ...],    # optional; absent: all operators
-                    "description": "..."}, ...},
+                    "description": "...",
+                    "runtime": {"provider": "VSINPUExecutionProvider",   # optional, and
+                                "threads": 1, "cores": [2, 3]}}, ...},   # so is each field
       "links": {"B->N": {"fixed_ms": 0.4, "gb_per_s": 1.5}, ...},
       "default_link": {"fixed_ms": 0.02, "gb_per_s": 5},   # for pairs not in links
       "transfer_power_mw": 0                              # optional
     }
 
 Every ordered pair of distinct PUs needs a link, or a ``default_link``.
+
+``runtime`` says how a deployed stage runs on the PU (``pipeplan export``/``run``): the ONNX
+Runtime execution provider, the intra-op thread count, and the logical CPU ids (as Linux numbers
+them, from 0) its threads are pinned to. The roofline ignores it.
 
 The time of an operator on a PU is ``max(flops / (peak x efficiency), bytes / bandwidth)``
 plus the launch overhead, where bytes = parameters + inputs + outputs. A block (a node with
@@ -41,9 +47,19 @@ from pipeplan.profiles.format import PU, AffineTransfer, Profile, Transfers, Rea
 PLATFORM_SCHEMA = "pipeplan.platform/1"
 LEVEL = "max"  # roofline profiles have one DVFS level: the top one
 _PU_FIELDS = {"kind", "peak_gflops", "mem_bandwidth_gbs", "efficiency", "active_power_mw",
-              "idle_power_mw", "launch_overhead_ms", "supported_ops", "description"}
+              "idle_power_mw", "launch_overhead_ms", "supported_ops", "description", "runtime"}
+_RUNTIME_FIELDS = {"provider", "threads", "cores"}
 _TOP_FIELDS = {"schema", "name", "source", "assumptions", "host_pu", "pus", "links",
                "default_link", "transfer_power_mw"}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How to run a deployed stage on a PU; ``None`` fields fall back to the deploy defaults."""
+
+    provider: str | None = None
+    threads: int | None = None
+    cores: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,7 @@ class PlatformPU:
     launch_overhead_ms: float = 0.0
     supported_ops: frozenset[str] | None = None  # None: every operator
     description: str = ""
+    runtime: Runtime = Runtime()
 
     def supports(self, op: str) -> bool:
         return self.supported_ops is None or op in self.supported_ops
@@ -165,7 +182,26 @@ def _pu(r: Reader, name: str, spec: Any) -> PlatformPU:
         launch_overhead_ms=r.number(spec.get("launch_overhead_ms", 0.0),
                                     f"{fld}.launch_overhead_ms"),
         supported_ops=frozenset(ops) if ops is not None else None,
-        description=str(spec.get("description", "")))
+        description=str(spec.get("description", "")),
+        runtime=_runtime(r, spec.get("runtime", {}), f"{fld}.runtime"))
+
+
+def _runtime(r: Reader, spec: Any, fld: str) -> Runtime:
+    spec = r.obj(spec, fld)
+    _no_unknown(r, spec, _RUNTIME_FIELDS, fld)
+    provider = r.string(spec["provider"], f"{fld}.provider") if "provider" in spec else None
+    threads = spec.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise r.fail(f"{fld}.threads", f"expected a positive integer, got {threads!r}")
+    cores = spec.get("cores")
+    if cores is not None:
+        if (not isinstance(cores, list) or not cores
+                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cores)):
+            raise r.fail(f"{fld}.cores", "expected a non-empty list of CPU ids (integers from 0)")
+        if len(set(cores)) != len(cores):
+            raise r.fail(f"{fld}.cores", "a CPU id is listed twice")
+        cores = tuple(cores)
+    return Runtime(provider=provider, threads=threads, cores=cores)
 
 
 def _link(r: Reader, spec: Any, fld: str) -> Link:

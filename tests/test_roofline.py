@@ -29,7 +29,7 @@ def inception():
     return g, coarsen(g, "modules")
 
 
-@pytest.mark.parametrize("name", ["a311d", "bst"])
+@pytest.mark.parametrize("name", ["a311d", "bst", "host"])
 def test_platform_files_load(name):
     platform = load_platform(PLATFORMS / f"{name}.json")
     assert platform.name == name
@@ -79,11 +79,29 @@ def mutate(path: str, value) -> dict:
     ("links.B->G.gb_per_s", 0, "links.B->G.gb_per_s"),
     ("default_link", None, "links"),
     ("colour", "red", "colour"),
+    ("pus.G.runtime", [], "pus.G.runtime"),
+    ("pus.G.runtime", {"provider": ""}, "pus.G.runtime.provider"),
+    ("pus.G.runtime", {"threads": 0}, "pus.G.runtime.threads"),
+    ("pus.G.runtime", {"threads": 1.5}, "pus.G.runtime.threads"),
+    ("pus.G.runtime", {"cores": []}, "pus.G.runtime.cores"),
+    ("pus.G.runtime", {"cores": [-1]}, "pus.G.runtime.cores"),
+    ("pus.G.runtime", {"cores": [1, 1]}, "pus.G.runtime.cores"),
+    ("pus.G.runtime", {"core": [1]}, "pus.G.runtime.core"),
 ])
 def test_bad_platform_fields(path, value, field):
     with pytest.raises(InputError) as info:
         platform_from_dict(mutate(path, value), "bad.json")
     assert info.value.source == "bad.json" and info.value.field == field
+
+
+def test_runtime_is_optional_per_pu_and_per_field():
+    host = load_platform(PLATFORMS / "host.json")
+    assert set(host.pus) == {"C0", "C1"} and host.pus["C1"].runtime.cores == (1,)
+    assert host.pus["C0"].runtime.provider == "CPUExecutionProvider" and host.pus["C0"].runtime.threads == 1
+    bst = load_platform(PLATFORMS / "bst.json")
+    assert bst.pus["D"].runtime.provider is None and bst.pus["D"].runtime.cores is None
+    partial = platform_from_dict(mutate("pus.G.runtime", {"threads": 2}), "partial.json")
+    assert partial.pus["G"].runtime.threads == 2 and partial.pus["G"].runtime.provider is None
 
 
 def test_bad_platform_file_is_named(tmp_path):

@@ -1,0 +1,253 @@
+"""``pipeplan run``: stream frames through an export on ONNX Runtime, as a pipeline.
+
+One worker thread per stage, joined by bounded queues: while stage 1 works on frame *k*,
+stage 0 already works on frame *k + 1*. Inside a stage that uses several PUs, each PU has a
+helper thread that runs its groups in order, each group once the groups it depends on are done
+(per-frame events), so branches on different PUs run at the same time. The thread that calls
+ONNX Runtime for a PU is pinned to the PU's cores (see :mod:`runtime`). ONNX Runtime releases
+the GIL while it computes, so the threads really run in parallel.
+
+Frames are random with a fixed seed (one generator per frame, so a frame can be rebuilt).
+After the run every frame is run again through the unsplit ``model_full.onnx`` and its outputs
+compared with ``numpy.allclose(rtol=1e-4, atol=1e-5)``.
+
+Measures: throughput in steady state, (frames - 1) / (time between the first and the last
+frame leaving the pipeline); latency of a frame, from the moment stage 0 takes it to the moment
+the last stage hands it out (waits between stages included, the wait before stage 0 not);
+each PU's busy share, the time its ONNX Runtime calls took over the run's wall time.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
+from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
+from pipeplan.errors import InputError
+
+QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
+               progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run ``frames`` frames through the export in ``folder``; returns the report."""
+    if frames < 2:
+        raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
+    m = load_manifest(folder)
+    cores = {pu: usable_cores(rt["cores"]) for pu, rt in m.pus.items()}
+    sessions = _sessions(m, cores)
+    failures: list[InputError] = []
+    stages = [_StageWorker(m, spec, sessions, cores, failures) for spec in m.stages]
+    queues = [queue.Queue(maxsize=QUEUE_DEPTH) for _ in range(len(stages) + 1)]
+
+    def feed() -> None:
+        for f in range(frames):
+            if failures:
+                break
+            queues[0].put((f, frame_inputs(m.inputs, seed, f)))
+        queues[0].put(None)
+
+    threads = [threading.Thread(target=feed, name="feeder", daemon=True)]
+    threads += [threading.Thread(target=w.serve, args=(queues[i], queues[i + 1]), name=f"stage{i}", daemon=True)
+                for i, w in enumerate(stages)]
+    for t in threads:
+        t.start()
+    outputs: dict[int, list[np.ndarray]] = {}
+    leave: dict[int, float] = {}
+    while (item := queues[-1].get()) is not None:
+        f, tensors = item
+        leave[f] = time.perf_counter()
+        outputs[f] = [tensors[t.name] for t in m.outputs]
+        if progress:
+            progress(len(outputs), frames)
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+    match, max_diff = _compare_with_reference(m, outputs, seed)
+    return _report(m, stages, sessions, cores, leave, match, max_diff)
+
+
+def frame_inputs(specs: tuple[TensorSpec, ...], seed: int, frame: int) -> dict[str, np.ndarray]:
+    """The network inputs of frame ``frame``: standard-normal floats, random booleans,
+    integers 0 or 1 (valid as indices)."""
+    rng = np.random.default_rng([seed, frame])
+    out = {}
+    for t in specs:
+        shape = t.concrete_shape()
+        if np.issubdtype(t.dtype, np.floating):
+            out[t.name] = rng.standard_normal(shape).astype(t.dtype)
+        elif t.dtype == np.bool_:
+            out[t.name] = rng.random(shape) < 0.5
+        else:
+            out[t.name] = rng.integers(0, 2, size=shape).astype(t.dtype)
+    return out
+
+
+def _sessions(m: Manifest, cores: dict[str, list[int] | None]) -> dict[str, ort.InferenceSession]:
+    """One session per group, checked against the group's inputs and outputs."""
+    out = {}
+    for s, stage in enumerate(m.stages):
+        for j, grp in enumerate(stage.groups):
+            try:
+                sess = make_session(grp.path.read_bytes(), m.pus[grp.pu], m.graph_optimization,
+                                    pin=cores[grp.pu] is not None)
+            except Exception as exc:  # ORT raises its own types for a model it cannot load
+                raise InputError(str(grp.path), "", f"ONNX Runtime cannot load it ({_brief(exc)})") from None
+            have_in = {a.name for a in sess.get_inputs()}
+            have_out = {a.name for a in sess.get_outputs()}
+            if have_in != set(grp.inputs) or not set(grp.outputs) <= have_out:
+                raise InputError(m.source, f"stages[{s}].groups[{j}]",
+                                 f"{grp.path.name} has inputs {sorted(have_in)} and outputs {sorted(have_out)}, "
+                                 f"the manifest says {list(grp.inputs)} -> {list(grp.outputs)}")
+            out[grp.id] = sess
+    return out
+
+
+class _PuRunner:
+    """Runs one stage's groups that belong to one PU, in order, each after its dependencies."""
+
+    def __init__(self, m: Manifest, stage: StageSpec, pu: str, sessions: dict, failures: list):
+        self.m, self.stage, self.pu, self.failures = m, stage, pu, failures
+        self.groups = [(j, g) for j, g in enumerate(stage.groups) if g.pu == pu]
+        self.sessions = sessions
+        self.busy_s = 0.0
+
+    def run(self, tensors: dict[str, np.ndarray], done: dict[str, threading.Event]) -> None:
+        try:
+            for j, grp in self.groups:
+                for dep in grp.depends_on:
+                    done[dep].wait()
+                if self.failures:
+                    return
+                self._run_group(j, grp, tensors)
+                done[grp.id].set()
+        finally:  # on failure too, so nobody waits forever on this PU's groups
+            for _, grp in self.groups:
+                done[grp.id].set()
+
+    def _run_group(self, j: int, grp: GroupSpec, tensors: dict[str, np.ndarray]) -> None:
+        start = time.perf_counter()
+        try:
+            values = self.sessions[grp.id].run(list(grp.outputs), {t: tensors[t] for t in grp.inputs})
+        except Exception as exc:  # ORT's own error types: a sub-model that does not fit its inputs
+            self.failures.append(InputError(self.m.source, f"stages[{self.stage.index}].groups[{j}]",
+                                            f"ONNX Runtime failed on {grp.path.name} ({_brief(exc)})"))
+            return
+        self.busy_s += time.perf_counter() - start
+        tensors.update(zip(grp.outputs, values))
+
+
+class _StageWorker:
+    """The thread of one stage: takes a frame, runs the stage's groups, hands the frame on."""
+
+    def __init__(self, m: Manifest, spec: StageSpec, sessions: dict, cores: dict, failures: list):
+        self.spec, self.cores, self.failures = spec, cores, failures
+        self.runners = [_PuRunner(m, spec, pu, sessions, failures)
+                        for pu in dict.fromkeys(g.pu for g in spec.groups)]
+        self.spans: dict[int, tuple[float, float]] = {}  # frame -> (start, end) in this stage
+
+    def serve(self, inbox: queue.Queue, outbox: queue.Queue) -> None:
+        helpers = []
+        if len(self.runners) == 1:
+            pin_current_thread(self.cores[self.runners[0].pu])
+        else:
+            helpers = [self._helper(r) for r in self.runners]
+        while (item := inbox.get()) is not None:
+            if self.failures:
+                continue  # drain, so the feeder never blocks
+            f, tensors = item
+            start = time.perf_counter()
+            done = {g.id: threading.Event() for g in self.spec.groups}
+            if helpers:
+                for jobs, _ in helpers:
+                    jobs.put((tensors, done))
+                for event in done.values():
+                    event.wait()
+            else:
+                self.runners[0].run(tensors, done)
+            self.spans[f] = (start, time.perf_counter())
+            if not self.failures:
+                outbox.put((f, {t: tensors[t] for t in self.spec.sends}))
+        for jobs, thread in helpers:
+            jobs.put(None)
+            thread.join()
+        outbox.put(None)
+
+    def _helper(self, runner: _PuRunner) -> tuple[queue.Queue, threading.Thread]:
+        jobs: queue.Queue = queue.Queue()
+
+        def loop() -> None:
+            pin_current_thread(self.cores[runner.pu])
+            while (job := jobs.get()) is not None:
+                runner.run(*job)
+
+        thread = threading.Thread(target=loop, name=f"stage{self.spec.index}-{runner.pu}", daemon=True)
+        thread.start()
+        return jobs, thread
+
+
+def _compare_with_reference(m: Manifest, outputs: dict[int, list[np.ndarray]], seed: int) -> tuple[bool, float]:
+    try:
+        ref = make_session(m.reference.read_bytes(), {"intra_op_threads": 1, "session_config": {},
+                                                      "providers": [CPU_PROVIDER]},
+                           m.graph_optimization, pin=False)
+    except Exception as exc:
+        raise InputError(str(m.reference), "", f"ONNX Runtime cannot load it ({_brief(exc)})") from None
+    names = [t.name for t in m.outputs]
+    match, max_diff = True, 0.0
+    for f, got in sorted(outputs.items()):
+        want = ref.run(names, frame_inputs(m.inputs, seed, f))
+        for a, b in zip(got, want):
+            match &= bool(np.allclose(a, b, rtol=RTOL, atol=ATOL))
+            max_diff = max(max_diff, float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0)
+    return match, max_diff
+
+
+def _report(m: Manifest, stages: list[_StageWorker], sessions: dict, cores: dict,
+            leave: dict[int, float], match: bool, max_diff: float) -> dict[str, Any]:
+    frames = sorted(leave)
+    first_start = min(stages[0].spans[f][0] for f in frames)
+    wall = leave[frames[-1]] - first_start
+    out_times = sorted(leave.values())
+    period_s = (out_times[-1] - out_times[0]) / (len(out_times) - 1)
+    latency_ms = np.array([(leave[f] - stages[0].spans[f][0]) * 1e3 for f in frames])
+    busy: dict[str, float] = {}
+    for w in stages:
+        for r in w.runners:
+            busy[r.pu] = busy.get(r.pu, 0.0) + r.busy_s
+    groups = [g for stage in m.stages for g in stage.groups]
+    used = {pu: list(dict.fromkeys(p for g in groups if g.pu == pu for p in sessions[g.id].get_providers()))
+            for pu in busy}
+    return {
+        "export": str(Path(m.source).parent),
+        "frames": len(frames),
+        "outputs_match": match,
+        "max_abs_diff": max_diff,
+        "throughput_fps": 1.0 / period_s if period_s > 0 else float("inf"),
+        "measured_period_ms": period_s * 1e3,
+        "predicted_period_ms": m.predicted["period_ms"],
+        "latency_ms_median": float(np.median(latency_ms)),
+        "latency_ms_p90": float(np.percentile(latency_ms, 90)),
+        "predicted_latency_ms": m.predicted["latency_ms"],
+        "stage_ms_median": [float(np.median([(w.spans[f][1] - w.spans[f][0]) * 1e3 for f in frames]))
+                            for w in stages],
+        "pu_busy_share": {pu: b / wall for pu, b in busy.items()},
+        "wall_s": wall,
+        "pus": {pu: {"providers_asked": m.pus[pu]["providers"], "providers_used": used[pu],
+                     "intra_op_threads": m.pus[pu]["intra_op_threads"], "pinned_cores": cores[pu]}
+                for pu in used},
+    }
+
+
+def _brief(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__

@@ -1,0 +1,216 @@
+"""``pipeplan export``: cut an ONNX model along a plan into one sub-model per stage and per
+branch group (see :mod:`partition`), with a manifest that says how to chain and run them.
+
+The model gets deterministic random weights first (:mod:`weights`; a no-op for a model without
+``ConstantOfShape`` stand-ins), and the whole model with those weights is kept as
+``model_full.onnx``: the reference the executor checks every frame against. Sub-models are cut
+with ``onnx.utils.Extractor`` by their input and output tensor names.
+
+The export is atomic: everything is built in a temporary folder beside ``out`` and renamed to
+``out`` at the end, so an error leaves no partial export. An existing ``out`` is replaced only
+when it is empty or an earlier export (it holds a manifest.json).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import onnx
+from onnx import ModelProto, helper, shape_inference
+from onnx.utils import Extractor
+
+from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, sha256_of
+from pipeplan.deploy.partition import Group, branch_groups, check_plan
+from pipeplan.deploy.runtime import pu_runtime
+from pipeplan.deploy.weights import with_random_weights
+from pipeplan.errors import InputError
+from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
+from pipeplan.formulations.mapping.onnx_graph import graph_from_model, read_model
+from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
+from pipeplan.instances.catalog import PLATFORMS_DIR, load_mapping
+from pipeplan.io import load_json
+from pipeplan.profiles.roofline import load_platform
+
+REFERENCE_FILE = "model_full.onnx"
+# Graph optimisations stay off, as in `pipeplan profile`, so a deployed stage runs the same
+# kernels the host profile timed and the sub-models compute exactly what the whole model does.
+GRAPH_OPTIMIZATION = "disabled"
+
+
+def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, *,
+                instance: str | None = None, platform_file: str | Path | None = None,
+                seed: int = 0) -> dict[str, Any]:
+    """Export ``plan_file`` (a plan or SolveResult) applied to ``model_file`` into ``out``;
+    returns the manifest. ``instance`` is used when the plan names none; ``platform_file``
+    defaults to the instance's platform (``<platform>/<model>``) or profiles/platforms/host.json."""
+    plan_file, model_file, out = Path(plan_file), Path(model_file), Path(out)
+    _check_target(out)
+    plan = plan_from_dict(load_json(plan_file), str(plan_file))
+    model = read_model(model_file)
+    g = graph_from_model(model, str(model_file))
+    check_plan(plan, g, str(plan_file))
+    instance_name = plan.instance or instance
+    if not instance_name:
+        raise InputError(str(plan_file), "instance", "the plan names no instance; give --instance")
+    predicted = _predict(plan, g, instance_name, str(plan_file))
+    platform_path = Path(platform_file) if platform_file else default_platform(instance_name)
+    platform = load_platform(platform_path)
+    pus = {pu: pu_runtime(platform, pu, str(platform_path)) for stage in plan.stages for pu in stage.pus}
+    stages = branch_groups(plan, g)
+
+    full, n_weights = with_random_weights(model, seed)
+    inferred = shape_inference.infer_shapes(full)
+    specs = _tensor_specs(inferred, stages, str(model_file))
+    doc = {
+        "schema": MANIFEST_SCHEMA,
+        "model": {"file": model_file.name, "sha256": sha256_of(model_file), "name": g.graph["name"]},
+        "reference": {"file": REFERENCE_FILE, "random_weights": {"seed": seed, "generated": n_weights}},
+        "instance": instance_name,
+        "plan": {"source": str(plan_file), "sha256": sha256_of(plan_file), "mode": plan.mode},
+        "platform": {"name": platform.name, "file": str(platform_path)},
+        "session": {"graph_optimization": GRAPH_OPTIMIZATION, "execution_mode": "sequential",
+                    "inter_op_threads": 1},
+        "pus": pus,
+        "inputs": [specs[name] for name, *_ in g.graph["inputs"]],
+        "outputs": [specs[name] for name, *_ in g.graph["outputs"]],
+        "predicted": {"period_ms": predicted.period_ms, "latency_ms": predicted.latency_ms,
+                      "energy_mj": predicted.energy_mj, "stage_times_ms": predicted.stage_times_ms,
+                      "pu_busy_ms": predicted.pu_busy_ms},
+        "stages": [],
+        "transfers": _transfers(stages, g, specs),
+    }
+    sends = _sends(stages, g)
+    receives = [[name for name, *_ in g.graph["inputs"]]] + sends[:-1]
+    tmp = _make_temp_folder(out)
+    try:
+        onnx.save(full, str(tmp / REFERENCE_FILE))
+        doc["reference"]["sha256"] = sha256_of(tmp / REFERENCE_FILE)
+        extractor = Extractor(inferred)
+        for s, groups in enumerate(stages):
+            entries = [_export_group(extractor, grp, tmp, specs, str(model_file)) for grp in groups]
+            doc["stages"].append({"index": s, "pus": list(plan.stages[s].pus),
+                                  "receives": receives[s], "sends": sends[s], "groups": entries})
+        (tmp / MANIFEST_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return doc
+
+
+def default_platform(instance: str) -> Path:
+    """profiles/platforms/<platform>.json for an instance ``<platform>/<model>``, else host.json."""
+    platform, sep, _ = instance.partition("/")
+    candidate = PLATFORMS_DIR / f"{platform}.json"
+    return candidate if sep and candidate.is_file() else PLATFORMS_DIR / "host.json"
+
+
+def _predict(plan: Plan, g: nx.DiGraph, instance: str, plan_source: str) -> Evaluation:
+    problem = load_mapping(instance)
+    units = {u.name for u in problem.units}
+    if units != set(g.nodes):
+        other = sorted(units ^ set(g.nodes))
+        raise InputError(instance, "units", f"the instance does not describe this model "
+                         f"({len(other)} units differ, e.g. {other[0]!r})")
+    try:
+        return evaluate(problem, plan)
+    except InfeasiblePlan as exc:
+        raise InputError(plan_source, "stages", f"infeasible for {instance}: {exc}") from None
+
+
+def _tensor_specs(model: ModelProto, stages: list[list[Group]], source: str) -> dict[str, dict[str, Any]]:
+    """Tensor name -> {"name", "shape", "dtype"} from the shape-inferred model; every tensor
+    on a group boundary needs one (the extractor and the executor rely on it)."""
+    out = {}
+    g = model.graph
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        tt = v.type.tensor_type
+        if tt.elem_type and tt.HasField("shape"):
+            shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+            out[v.name] = {"name": v.name, "shape": shape,
+                           "dtype": str(helper.tensor_dtype_to_np_dtype(tt.elem_type))}
+    for groups in stages:
+        for grp in groups:
+            for t in grp.inputs + grp.outputs:
+                if t not in out:
+                    raise InputError(source, "model", f"shape inference gives no type and shape for "
+                                     f"tensor {t!r} (on the boundary of group {grp.id})")
+    return out
+
+
+def _sends(stages: list[list[Group]], g: nx.DiGraph) -> list[list[str]]:
+    """Per stage: the tensors handed on after it: those a later stage reads and the network
+    outputs made so far (a tensor rides along until its last reader is done)."""
+    outputs = [name for name, *_ in g.graph["outputs"]]
+    have = {name for name, *_ in g.graph["inputs"]}
+    result = []
+    for s, groups in enumerate(stages):
+        have |= {t for grp in groups for t in grp.outputs}
+        later = [t for later_groups in stages[s + 1:] for grp in later_groups for t in grp.inputs]
+        result.append([t for t in dict.fromkeys(later + outputs) if t in have])
+    return result
+
+
+def _transfers(stages: list[list[Group]], g: nx.DiGraph, specs: dict) -> list[dict[str, Any]]:
+    """Every tensor that crosses a group boundary: from its producing group (or the network
+    input) to the groups that read it (and "output" for the network's outputs)."""
+    made_by = {t: grp.id for groups in stages for grp in groups for t in grp.outputs}
+    read_by: dict[str, list[str]] = {}
+    for groups in stages:
+        for grp in groups:
+            for t in grp.inputs:
+                read_by.setdefault(t, []).append(grp.id)
+    for name, *_ in g.graph["outputs"]:
+        read_by.setdefault(name, []).append("output")
+    return [{**specs[t], "bytes": g.graph["tensor_bytes"].get(t, 0), "from": made_by.get(t, "input"),
+             "to": readers} for t, readers in read_by.items()]
+
+
+def _export_group(extractor: Extractor, grp: Group, folder: Path, specs: dict, model_source: str) -> dict:
+    file = f"stage{grp.stage}_{re.sub(r'[^A-Za-z0-9_.-]', '_', grp.pu)}_p{grp.phase}.onnx"
+    try:
+        sub = extractor.extract_model(list(grp.inputs), list(grp.outputs))
+        onnx.checker.check_model(sub)
+    except (ValueError, onnx.checker.ValidationError) as exc:
+        raise InputError(model_source, "model", f"cannot cut group {grp.id}: {exc}") from None
+    onnx.save(sub, str(folder / file))
+    return {"id": grp.id, "pu": grp.pu, "phase": grp.phase, "file": file, "sha256": sha256_of(folder / file),
+            "nodes": list(grp.nodes), "inputs": [specs[t] for t in grp.inputs],
+            "outputs": [specs[t] for t in grp.outputs], "depends_on": list(grp.depends_on)}
+
+
+# ------------------------------------------------------------------------- atomic folder
+
+
+def _check_target(out: Path) -> None:
+    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / MANIFEST_FILE).is_file())):
+        raise InputError(str(out), "", "exists and is not an earlier export (no manifest.json); "
+                         "choose another folder")
+
+
+def _make_temp_folder(out: Path) -> Path:
+    if out.parent.exists() and not out.parent.is_dir():
+        raise InputError(str(out), "", f"cannot write: {out.parent} is a file, not a folder")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an earlier export there is swapped out, then deleted."""
+    _check_target(out)
+    if out.is_dir() and any(out.iterdir()):
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)

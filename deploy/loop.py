@@ -1,0 +1,193 @@
+"""``pipeplan deploy-loop``: plan on a measured host profile, deploy the plans, measure them.
+
+Per model: profile the host with ONNX Runtime (per node, PUs C0 and C1: two identical
+single-threaded workers, one per core) -> a mapping instance from the model's operator DAG and
+that profile -> solve it with each solver -> export each plan -> run the export -> one row of
+predicted vs measured period and latency. Everything a row needs to be reproduced is written
+under ``out/<model>/``: profile.json, instance.json (its name is its own path, which the plans
+name, so ``pipeplan export`` finds it again from the same working folder), <solver>.result.json,
+the export folder <solver>/ and <solver>.run.json. The table goes to ``out/deploy.csv`` and
+``out/deploy.md``, each written atomically.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import platform as host_platform
+import statistics
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import onnxruntime as ort
+
+import pipeplan
+from pipeplan.deploy.executor import run_export
+from pipeplan.deploy.export import export_plan
+from pipeplan.errors import InputError
+from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
+from pipeplan.formulations.mapping.plan import plan_from_dict
+from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.instances.catalog import PLATFORMS_DIR, load_mapping
+from pipeplan.io import write_atomic, write_json
+from pipeplan.profiles.ort_profiler import profile_host
+from pipeplan.registry import get_solver
+
+HOST_PUS = ("C0", "C1")
+DEFAULT_SOLVERS = ("single", "pipeline-dp", "heft", "cpsat")
+COLUMNS = ("model", "solver", "termination", "stages", "groups", "predicted_period_ms", "measured_period_ms",
+           "period_ratio", "predicted_latency_ms", "measured_latency_ms", "latency_ms_p90", "latency_ratio",
+           "throughput_fps", "busy_C0", "busy_C1", "outputs_match")
+
+CAVEATS = """\
+## What the cost model does not capture
+
+- **Python and thread overhead.** Every sub-model is one `InferenceSession.run` call from a
+  Python thread, plus a queue hand-off per stage and an event per branch group. The profile only
+  has per-kernel times (0.01 ms per hand-off is assumed), so plans with many branch groups
+  (HEFT alternates PUs inside a module) pay more than predicted.
+- **The GIL.** ONNX Runtime releases the GIL while a kernel runs, so two stages compute in
+  parallel, but the Python glue between calls (feeds, queue operations, bookkeeping) is
+  serialised across all threads; with short operators this glue becomes a shared bottleneck.
+- **Cache and memory effects.** The profile is measured one node after the other on one core,
+  alone. In the pipeline both cores run at once and share the last-level cache and memory
+  bandwidth; a tensor handed from C0 to C1 may be read from L3 or DRAM instead of C0's caches;
+  the per-node profile cannot see these interactions.
+- **Per-session effects.** Each sub-model is its own session: its first and last operators do
+  not share memory arenas or buffer reuse with neighbours in other groups, and profiling itself
+  (per-node timestamps) adds a little to the profiled times.
+- **The rest of the machine.** Anything else running on the two cores (another benchmark, the
+  OS) takes time from the pinned workers; nothing here reserves the cores.
+- **Latency definition.** Measured latency runs from the moment stage 0 takes a frame to the
+  moment the last stage hands it out, so it includes waits in the queues between stages when
+  the pipeline is saturated; the model's latency is the sum of stage times without waits.
+"""
+
+
+def host_instance(model: str, folder: Path, *, runs: int, warmup: int) -> MappingProblem:
+    """Profile ``model`` (a model of the onnx wheel) on this host and write profile.json and
+    instance.json into ``folder``; returns the instance as loaded back from its file."""
+    path = light_model_path(model)
+    profile = profile_host(path, pus=HOST_PUS, runs=runs, warmup=warmup)
+    write_json(folder / "profile.json", profile.to_dict())
+    g = load_onnx(path)
+    instance_file = folder / "instance.json"
+    problem = MappingProblem(
+        name=str(instance_file),
+        units=tuple(Unit(name=u, op=g.nodes[u]["op"], flops=float(g.nodes[u]["flops"]),
+                         param_bytes=float(g.nodes[u]["param_bytes"]), out_bytes=float(g.nodes[u]["out_bytes"]))
+                    for u in profile.units),
+        edges=tuple(Edge(a, b, float(d.get("bytes", 0.0))) for a, b, d in g.edges(data=True)),
+        profile=profile, source=f"{path} + ONNX Runtime host profile")
+    write_json(instance_file, problem.to_dict())
+    load_mapping.cache_clear()  # the file may have been rewritten since an earlier load
+    return load_mapping(str(instance_file))
+
+
+def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFAULT_SOLVERS, frames: int = 200,
+                runs: int = 10, warmup: int = 3, cpsat_time_limit: float = 30.0, seed: int = 0,
+                command: str = "", progress: Callable[[int, int, str], None] | None = None) -> str:
+    """Run the loop for each model; returns the markdown report (also written to ``out``)."""
+    if frames < 2:
+        raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
+    if runs < 1 or warmup < 0:
+        raise InputError("--runs", "", f"need at least 1 profiling run, got {runs}")
+    for name in solvers:
+        get_solver("mapping", name)  # unknown names fail before any work
+    for model in models:
+        light_model_path(model)
+    rows: list[dict] = []
+    total, step = len(models) * (1 + len(solvers)), 0
+    for model in models:
+        folder = out / model
+        if progress:
+            progress(step, total, f"{model}: profiling")
+        problem = host_instance(model, folder, runs=runs, warmup=warmup)
+        step += 1
+        best = None
+        for solver in solvers:
+            if progress:
+                progress(step, total, f"{model}: {solver}")
+            rows.append(_one_solver(problem, model, solver, folder, best, frames=frames, seed=seed,
+                                    cpsat_time_limit=cpsat_time_limit))
+            ok = [r for r in rows if r["model"] == model and r["plan"] is not None]
+            best = min(ok, key=lambda r: r["predicted_period_ms"])["plan"] if ok else None
+            step += 1
+    if progress:
+        progress(step, total, "writing tables")
+    md = _markdown(rows, frames=frames, runs=runs, command=command)
+    write_atomic(out / "deploy.csv", _csv(rows))
+    write_atomic(out / "deploy.md", md)
+    return md
+
+
+def _one_solver(problem: MappingProblem, model: str, solver: str, folder: Path, warm_start, *, frames: int,
+                seed: int, cpsat_time_limit: float) -> dict:
+    """Solve, export, run; the row (with the plan, for warm-starting the next solver)."""
+    exact = get_solver("mapping", solver).exact
+    result = pipeplan.solve(problem, solver, time_limit=cpsat_time_limit if exact else None, seed=seed,
+                            threads=2, warm_start=warm_start if exact else None)
+    result_file = write_atomic(folder / f"{solver}.result.json", result.to_json())
+    row = {"model": model, "solver": solver, "termination": result.termination.value, "plan": None}
+    if not result.plan:
+        return row
+    manifest = export_plan(result_file, light_model_path(model), folder / solver,
+                           platform_file=PLATFORMS_DIR / "host.json", seed=seed)
+    report = run_export(folder / solver, frames=frames, seed=seed)
+    write_json(folder / f"{solver}.run.json", report)
+    busy = report["pu_busy_share"]
+    row.update(
+        plan=plan_from_dict(result.plan), stages=len(manifest["stages"]),
+        groups=sum(len(s["groups"]) for s in manifest["stages"]),
+        predicted_period_ms=report["predicted_period_ms"], measured_period_ms=report["measured_period_ms"],
+        period_ratio=report["measured_period_ms"] / report["predicted_period_ms"],
+        predicted_latency_ms=report["predicted_latency_ms"], measured_latency_ms=report["latency_ms_median"],
+        latency_ms_p90=report["latency_ms_p90"],
+        latency_ratio=report["latency_ms_median"] / report["predicted_latency_ms"],
+        throughput_fps=report["throughput_fps"], busy_C0=busy.get("C0", 0.0), busy_C1=busy.get("C1", 0.0),
+        outputs_match=report["outputs_match"])
+    return row
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return "" if v is None else str(v)
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{r[k]:.4f}" if isinstance(r.get(k), float) else r.get(k, "")) for k in COLUMNS})
+    return buf.getvalue()
+
+
+def _markdown(rows: list[dict], *, frames: int, runs: int, command: str) -> str:
+    shown = ("model", "solver", "stages", "groups", "predicted_period_ms", "measured_period_ms", "period_ratio",
+             "predicted_latency_ms", "measured_latency_ms", "latency_ms_p90", "latency_ratio", "busy_C0",
+             "busy_C1", "outputs_match")
+    lines = ["# Plan -> deploy -> measure on the host", "",
+             f"Command: `{command or 'pipeplan deploy-loop'}` "
+             f"({datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, "
+             f"{host_platform.processor() or host_platform.machine()}, ONNX Runtime {ort.__version__}).", "",
+             f"Host profile: ONNX Runtime per-node profiling, one thread, graph optimisations off, median of "
+             f"{runs} runs, the same times for C0 and C1 (two identical single-threaded workers). The "
+             f"executor runs each PU's sessions with one intra-op thread on the worker pinned to the PU's "
+             f"core (C0 -> CPU 0, C1 -> CPU 1), {frames} frames per plan. Ratios are measured / predicted. "
+             "busy = a PU's time inside ONNX Runtime calls / wall time. outputs_match: every frame's outputs "
+             "equal those of the unsplit model (rtol 1e-4, atol 1e-5).", "",
+             "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    for r in rows:
+        lines.append("| " + " | ".join(_cell(r.get(k)) for k in shown) + " |")
+    measured = [r for r in rows if r["plan"] is not None]
+    if measured:
+        period = statistics.median(abs(r["period_ratio"] - 1) for r in measured) * 100
+        latency = statistics.median(abs(r["latency_ratio"] - 1) for r in measured) * 100
+        lines += ["", f"Median |error| over {len(measured)} deployed plans: period {period:.1f}%, "
+                  f"latency {latency:.1f}%."]
+    failed = [r for r in rows if r["plan"] is None]
+    for r in failed:
+        lines.append(f"\n{r['model']} / {r['solver']}: no plan ({r['termination']}).")
+    return "\n".join(lines) + "\n\n" + CAVEATS

@@ -1,0 +1,196 @@
+"""The export manifest (``manifest.json``, schema ``pipeplan.manifest/1``): what ``pipeplan
+export`` writes and ``pipeplan run`` reads. README.md ("Deploying a plan") documents it field
+by field; :func:`load_manifest` checks the part the executor relies on, including that every
+sub-model file is the one exported (sha256), so a corrupt export fails with one line naming the
+file and field instead of a traceback in a worker thread.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION
+from pipeplan.io import load_json
+from pipeplan.profiles.format import Reader
+
+MANIFEST_SCHEMA = "pipeplan.manifest/1"
+MANIFEST_FILE = "manifest.json"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple            # int per dimension; a symbolic (str) or unknown (None) one
+    dtype: np.dtype
+
+    def concrete_shape(self) -> tuple[int, ...]:
+        """The shape of one frame: symbolic or unknown dimensions (the batch) become 1."""
+        return tuple(d if isinstance(d, int) and d >= 0 else 1 for d in self.shape)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    id: str
+    pu: str
+    path: Path
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    depends_on: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    index: int
+    groups: tuple[GroupSpec, ...]
+    sends: tuple[str, ...]   # tensors handed to the next stage (the network's outputs at the end)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    source: str
+    reference: Path
+    graph_optimization: str
+    pus: dict[str, dict[str, Any]]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    stages: tuple[StageSpec, ...]
+    predicted: dict[str, float]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_manifest(folder: str | Path) -> Manifest:
+    folder = Path(folder)
+    path = folder / MANIFEST_FILE
+    source = str(path)
+    r = Reader(source)
+    doc = r.obj(load_json(path), "")
+    if doc.get("schema") != MANIFEST_SCHEMA:
+        raise r.fail("schema", f"expected {MANIFEST_SCHEMA!r}, got {doc.get('schema')!r}")
+
+    def checked_file(spec: Any, fld: str) -> Path:
+        spec = r.obj(spec, fld)
+        file = folder / r.string(r.get(spec, "file", fld), f"{fld}.file")
+        if not file.is_file():
+            raise r.fail(f"{fld}.file", f"missing file {file}")
+        if sha256_of(file) != r.get(spec, "sha256", fld):
+            raise r.fail(f"{fld}.sha256", f"{file.name} differs from the exported file (sha256)")
+        return file
+
+    def tensors(value: Any, fld: str) -> tuple[TensorSpec, ...]:
+        if not isinstance(value, list):
+            raise r.fail(fld, "expected a list of tensors")
+        out = []
+        for i, t in enumerate(value):
+            t = r.obj(t, f"{fld}[{i}]")
+            shape = r.get(t, "shape", f"{fld}[{i}]")
+            if not isinstance(shape, list) or not all(d is None or isinstance(d, (int, str)) for d in shape):
+                raise r.fail(f"{fld}[{i}].shape", "expected a list of dimensions")
+            try:
+                dtype = np.dtype(r.string(r.get(t, "dtype", f"{fld}[{i}]"), f"{fld}[{i}].dtype"))
+            except TypeError:
+                raise r.fail(f"{fld}[{i}].dtype", f"unknown dtype {t['dtype']!r}") from None
+            out.append(TensorSpec(r.string(r.get(t, "name", f"{fld}[{i}]"), f"{fld}[{i}].name"),
+                                  tuple(shape), dtype))
+        return tuple(out)
+
+    def names(value: Any, fld: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+            raise r.fail(fld, "expected a list of names")
+        return tuple(value)
+
+    reference = checked_file(r.get(doc, "reference", ""), "reference")
+    session = r.obj(r.get(doc, "session", ""), "session")
+    graph_optimization = session.get("graph_optimization")
+    if graph_optimization not in GRAPH_OPTIMIZATION:
+        raise r.fail("session.graph_optimization", f"expected one of {', '.join(GRAPH_OPTIMIZATION)}")
+    pus = {name: _pu_runtime(r, spec, f"pus.{name}") for name, spec in r.obj(r.get(doc, "pus", ""), "pus").items()}
+    inputs = tensors(r.get(doc, "inputs", ""), "inputs")
+    outputs = tensors(r.get(doc, "outputs", ""), "outputs")
+    if not outputs:
+        raise r.fail("outputs", "the network has no outputs")
+    raw_stages = r.get(doc, "stages", "")
+    if not isinstance(raw_stages, list) or not raw_stages:
+        raise r.fail("stages", "expected a non-empty list")
+    stages = []
+    for s, raw in enumerate(raw_stages):
+        fld = f"stages[{s}]"
+        raw = r.obj(raw, fld)
+        if r.get(raw, "index", fld) != s:
+            raise r.fail(f"{fld}.index", f"expected {s}")
+        raw_groups = r.get(raw, "groups", fld)
+        if not isinstance(raw_groups, list) or not raw_groups:
+            raise r.fail(f"{fld}.groups", "expected a non-empty list")
+        groups: list[GroupSpec] = []
+        for j, grp in enumerate(raw_groups):
+            gfld = f"{fld}.groups[{j}]"
+            grp = r.obj(grp, gfld)
+            pu = r.string(r.get(grp, "pu", gfld), f"{gfld}.pu")
+            if pu not in pus:
+                raise r.fail(f"{gfld}.pu", f"PU {pu!r} not in pus")
+            deps = names(r.get(grp, "depends_on", gfld), f"{gfld}.depends_on")
+            earlier = {g.id for g in groups}
+            for d in deps:
+                if d not in earlier:
+                    raise r.fail(f"{gfld}.depends_on", f"{d!r} is not an earlier group of the stage")
+            groups.append(GroupSpec(r.string(r.get(grp, "id", gfld), f"{gfld}.id"), pu, checked_file(grp, gfld),
+                                    tuple(t.name for t in tensors(r.get(grp, "inputs", gfld), f"{gfld}.inputs")),
+                                    tuple(t.name for t in tensors(r.get(grp, "outputs", gfld), f"{gfld}.outputs")),
+                                    deps))
+        stages.append(StageSpec(s, tuple(groups), names(r.get(raw, "sends", fld), f"{fld}.sends")))
+    _check_data_flow(r, inputs, outputs, stages)
+    predicted = r.obj(r.get(doc, "predicted", ""), "predicted")
+    return Manifest(source=source, reference=reference, graph_optimization=graph_optimization, pus=pus,
+                    inputs=inputs, outputs=outputs, stages=tuple(stages),
+                    predicted={k: r.number(r.get(predicted, k, "predicted"), f"predicted.{k}")
+                               for k in ("period_ms", "latency_ms")})
+
+
+def _check_data_flow(r: Reader, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+                     stages: list[StageSpec]) -> None:
+    """Every group reads only tensors its stage received or its dependencies produce, every
+    stage sends only tensors it has, and the last one sends the network's outputs."""
+    have = {t.name for t in inputs}
+    for s, stage in enumerate(stages):
+        made_by = {t: g.id for g in stage.groups for t in g.outputs}
+        for j, grp in enumerate(stage.groups):
+            for t in grp.inputs:
+                if t not in have and made_by.get(t) not in grp.depends_on:
+                    raise r.fail(f"stages[{s}].groups[{j}].inputs",
+                                 f"{t!r} is neither received by the stage nor made by a group it depends on")
+        have |= set(made_by)
+        lacking = [t for t in stage.sends if t not in have]
+        if lacking:
+            raise r.fail(f"stages[{s}].sends", f"the stage does not have {lacking[0]!r}")
+        have = set(stage.sends)
+    missing = {t.name for t in outputs} - have
+    if missing:
+        raise r.fail(f"stages[{len(stages) - 1}].sends", f"lacks network outputs {sorted(missing)}")
+
+
+def _pu_runtime(r: Reader, spec: Any, fld: str) -> dict[str, Any]:
+    spec = r.obj(spec, fld)
+    providers = r.get(spec, "providers", fld)
+    if not isinstance(providers, list) or not providers or not all(isinstance(p, str) for p in providers):
+        raise r.fail(f"{fld}.providers", "expected a non-empty list of provider names")
+    threads = r.get(spec, "intra_op_threads", fld)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise r.fail(f"{fld}.intra_op_threads", f"expected a positive integer, got {threads!r}")
+    cores = spec.get("cores")
+    if cores is not None and (not isinstance(cores, list) or not cores
+                              or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cores)):
+        raise r.fail(f"{fld}.cores", "expected null or a non-empty list of CPU ids")
+    config = r.obj(spec.get("session_config", {}), f"{fld}.session_config")
+    if not all(isinstance(v, str) for v in config.values()):
+        raise r.fail(f"{fld}.session_config", "expected string values")
+    return {"providers": providers, "intra_op_threads": threads, "cores": cores, "session_config": config}

@@ -1,0 +1,90 @@
+"""How each PU's ONNX Runtime sessions are configured: chosen at export from the platform file,
+applied at run time.
+
+Per PU the manifest records:
+
+* ``providers``: the execution providers asked for, in order: the PU's ``runtime.provider``
+  (if the platform names one; a GPU or NPU PU should) followed by ``CPUExecutionProvider``, so
+  the session falls back to the CPU where that provider is not built into ONNX Runtime (a PU
+  without a provider asks for the CPU only). ``providers_available_at_export`` is the part
+  of that list this host's ONNX Runtime has; the run report says what each session really used.
+* ``intra_op_threads``: ONNX Runtime's intra-op thread count (default 1).
+* ``cores``: logical CPU ids (Linux numbering, from 0) for the PU, or null (no pinning).
+* ``session_config``: ONNX Runtime session config entries. With more than one thread and known
+  cores, ``session.intra_op_thread_affinities`` pins the intra-op pool's *extra* threads: ONNX
+  Runtime creates threads - 1 of them and never pins the thread that calls ``run``. The string
+  has one ``;``-separated entry per extra thread, and ONNX Runtime counts processors from 1, so
+  Linux CPU c is written c + 1. The calling thread (the executor's worker for the PU) is
+  pinned with ``os.sched_setaffinity`` instead, where the OS offers it (Linux).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import onnxruntime as ort
+
+from pipeplan.errors import InputError
+from pipeplan.profiles.roofline import Platform
+
+CPU_PROVIDER = "CPUExecutionProvider"
+AFFINITY_KEY = "session.intra_op_thread_affinities"
+# What the executor accepts for the manifest's session.graph_optimization.
+GRAPH_OPTIMIZATION = {"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                      "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                      "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                      "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+
+
+def pu_runtime(platform: Platform, pu: str, source: str) -> dict[str, Any]:
+    """The manifest entry for ``pu`` of ``platform`` (``source``: the platform file)."""
+    if pu not in platform.pus:
+        raise InputError(source, "pus", f"the plan uses PU {pu!r}, which the platform does not "
+                         f"declare (PUs: {', '.join(platform.pus)})")
+    spec = platform.pus[pu]
+    rt = spec.runtime
+    if rt.provider is not None and rt.provider not in ort.get_all_providers():
+        raise InputError(source, f"pus.{pu}.runtime.provider",
+                         f"unknown ONNX Runtime provider {rt.provider!r}")
+    providers = list(dict.fromkeys([rt.provider, CPU_PROVIDER] if rt.provider else [CPU_PROVIDER]))
+    threads = rt.threads or 1
+    cores = list(rt.cores) if rt.cores else None
+    config = {}
+    if threads > 1 and cores:
+        config[AFFINITY_KEY] = ";".join(str(cores[k % len(cores)] + 1) for k in range(1, threads))
+    available = set(ort.get_available_providers())
+    return {"kind": spec.kind, "providers": providers,
+            "providers_available_at_export": [p for p in providers if p in available],
+            "intra_op_threads": threads, "cores": cores, "session_config": config}
+
+
+def make_session(model_bytes: bytes, runtime: dict[str, Any], graph_optimization: str,
+                 *, pin: bool) -> ort.InferenceSession:
+    """An ORT session configured as ``runtime`` (a manifest PU entry) says. The affinity entry
+    is only applied when ``pin`` (the PU's cores exist on this host); ORT rejects processor ids
+    the machine does not have."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = runtime["intra_op_threads"]
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = GRAPH_OPTIMIZATION[graph_optimization]
+    opts.log_severity_level = 3
+    for key, value in runtime["session_config"].items():
+        if key != AFFINITY_KEY or pin:
+            opts.add_session_config_entry(key, value)
+    available = set(ort.get_available_providers())
+    providers = [p for p in runtime["providers"] if p in available] or [CPU_PROVIDER]
+    return ort.InferenceSession(model_bytes, opts, providers=providers)
+
+
+def usable_cores(cores: list[int] | None) -> list[int] | None:
+    """``cores`` when this OS can pin threads and every one of them is available, else None."""
+    if not cores or not hasattr(os, "sched_setaffinity"):
+        return None
+    return cores if set(cores) <= os.sched_getaffinity(0) else None
+
+
+def pin_current_thread(cores: list[int] | None) -> None:
+    """Pin the calling thread (Linux: pid 0 is the calling thread) to ``cores``."""
+    if cores:
+        os.sched_setaffinity(0, cores)

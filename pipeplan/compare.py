@@ -37,7 +37,8 @@ def run_solvers(problem, names: list[str], *, time_limit: float, threads: int, s
             progress(i, len(order), name)
         warm = None
         if get_solver("mapping", name).exact:
-            found = [r for r in out.values() if r.plan and key in r.objectives]
+            found = [r for n, r in out.items()
+                     if r.plan and key in r.objectives and not get_solver("mapping", n).exact]
             warm = plan_from_dict(min(found, key=lambda r: r.objectives[key]).plan) if found else None
         out[name] = pipeplan.solve(problem, name, time_limit=time_limit, threads=threads, seed=seed,
                                    objective=objective, warm_start=warm)

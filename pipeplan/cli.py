@@ -13,11 +13,14 @@ from typing import Optional
 
 import typer
 
+from pipeplan.cli_gradcode import app as gradcode_app
+from pipeplan.cli_rollout import rollout_app
 from pipeplan.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
-app.add_typer(__import__("pipeplan.cli_gradcode", fromlist=["app"]).app, name="gradcode")
+app.add_typer(gradcode_app, name="gradcode")
+app.add_typer(rollout_app, name="rollout")
 
 
 def _emit(obj) -> None:
@@ -25,13 +28,20 @@ def _emit(obj) -> None:
 
 
 @app.command("instances")
-def instances_cmd(kind: str = typer.Option("mapping", help="problem kind")):
-    """List the named instances (block-level measured and operator-level roofline)."""
-    from pipeplan.instances.catalog import measured_names, operator_names
-    for name in measured_names():
-        typer.echo(f"{name:40s} block-level, measured (Khadas VIM3)")
-    for name in operator_names():
-        typer.echo(f"{name:40s} operator-level, roofline estimate")
+def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help="mapping, gradcode or rollout")):
+    """List the named instances of every system."""
+    from pipeplan.bench import SYSTEMS, catalogue
+    from pipeplan.instances.catalog import measured_names
+
+    if system is not None and system not in SYSTEMS:
+        raise InputError("--system", "", f"unknown system {system!r} ({', '.join(SYSTEMS)})")
+    measured = set(measured_names())
+    for sys_name in [system] if system else SYSTEMS:
+        names, _ = catalogue(sys_name)
+        for name in names():
+            what = ("block-level, measured (Khadas VIM3)" if name in measured
+                    else "operator-level, roofline estimate" if sys_name == "mapping" else sys_name)
+            typer.echo(f"{name:40s} {what}")
 
 
 @app.command("solvers")
@@ -370,7 +380,9 @@ class _progress:
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        status = app(args=argv, standalone_mode=False)
+        if isinstance(status, int) and status:  # typer.Exit(n) comes back as a return value here
+            sys.exit(status)
     except InputError as exc:
         typer.echo(f"error: {exc.one_line()}", err=True)
         sys.exit(2)

@@ -44,3 +44,25 @@ def pareto_plot(path: Path, title: str, x: str, y: str, *, exact: list[dict] | N
     fig.savefig(buf, format="png")
     plt.close(fig)
     return write_atomic(path, buf.getvalue())
+
+
+def bar_chart(path: Path, title: str, groups: dict[str, dict[str, float]], *, ylabel: str) -> Path:
+    """Grouped bars: one group per key of ``groups``, one bar per series inside it."""
+    plt = _figure()
+    series = list(dict.fromkeys(k for g in groups.values() for k in g))
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(groups)), 4.4), dpi=120)
+    for i, name in enumerate(series):
+        xs = [j + i * width for j in range(len(groups))]
+        ax.bar(xs, [g.get(name, 0.0) for g in groups.values()], width=width, label=name, color=f"C{i}")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))])
+    ax.set_xticklabels(list(groups), rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())

@@ -22,6 +22,8 @@ _SOLVER_MODULES: dict[str, tuple[str, ...]] = {
         "pipeplan.solvers.mapping.nsga2",
         "pipeplan.solvers.mapping.cpsat",
     ),
+    "gradcode": ("pipeplan.solvers.gradcode.constructions", "pipeplan.solvers.gradcode.cpsat", "pipeplan.solvers.gradcode.milp"),
+    "rollout": ("pipeplan.solvers.rollout.online", "pipeplan.solvers.rollout.cpsat"),
 }
 
 

@@ -28,13 +28,9 @@ order from the start times) and re-scored by the evaluator.
 """
 from __future__ import annotations
 
-import ctypes
 import heapq
 import math
-import os
-import sys
 import time
-from functools import lru_cache
 from itertools import combinations
 
 import networkx as nx
@@ -45,10 +41,10 @@ from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.registry import register
 from pipeplan.result import Quality, SolveResult, Termination
 from pipeplan.solvers.mapping.common import objective_key, scored_result
+from pipeplan.solvers.pulp_backend import make_solver, pick_backend
 
 AXES = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}
 TIE_BREAK = {"period": "latency", "latency": "period", "energy": "period"}
-GAP_REL = 1e-7          # HiGHS stops at 1e-4 by default; the optimum must hold to 1e-6
 TIE_SLACK = 1e-9        # the primary may exceed its optimum by this (relative and absolute)
 
 
@@ -297,63 +293,13 @@ def _path_cover(problem) -> list[list[int]]:
 # ------------------------------------------------------------------------------ backends
 
 
-class _HiGHS(pulp.HiGHS):
-    """``pulp.HiGHS`` that hands the variables' current values to HiGHS as a MIP start (pulp's
-    in-process HiGHS interface ignores them)."""
-
-    def callSolver(self, lp):
-        known = [(v.index, v.varValue) for v in lp.variables() if v.varValue is not None]
-        if known:
-            cols, vals = zip(*known)
-            lp.solverModel.setSolution(len(cols), list(cols), list(vals))
-        super().callSolver(lp)
-
-
-@lru_cache(maxsize=None)
-def _highs_banner_to_stderr() -> None:
-    """HiGHS prints a banner on C stdout when the process makes its first Highs object, before
-    ``output_flag`` can be cleared: make that first one with stdout pointing at stderr, so that
-    stdout carries only results (the CLI prints its JSON there)."""
-    import highspy
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        highspy.Highs()
-        ctypes.CDLL(None).fflush(None)
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _make_solver(backend: str, *, time_limit, threads, seed, warm: bool):
-    if backend == "highs":
-        _highs_banner_to_stderr()
-        return _HiGHS(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL, random_seed=seed)
-    # CBC is deterministic by default and its randomCbcSeed 0 means "seed from the clock"
-    options = [f"randomCbcSeed {seed}"] if seed else []
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL,
-                             warmStart=warm, options=options)
-
-
-def pick_backend(backend: str) -> str:
-    """``backend`` when its solver is available, else the other one."""
-    checks = {"highs": lambda: pulp.HiGHS().available(), "cbc": lambda: pulp.PULP_CBC_CMD(msg=False).available()}
-    if backend not in checks:
-        raise ValueError(f"unknown backend {backend!r} (use highs or cbc)")
-    for name in (backend, *(b for b in checks if b != backend)):
-        if checks[name]():
-            return name
-    raise RuntimeError("neither HiGHS (highspy) nor CBC is available to PuLP")
-
-
 def _run(model: MappingMilp, axis: str, backend: str, *, time_limit, threads, seed):
     """Minimise ``axis``; returns (state, value, dual bound or None) with state one of
     optimal / feasible / infeasible / none."""
     prob = model.prob
     prob.setObjective(model.objectives[axis])
     warm = any(v.varValue is not None for v in prob.variables())
-    prob.solve(_make_solver(backend, time_limit=time_limit, threads=threads, seed=seed, warm=warm))
+    prob.solve(make_solver(backend, time_limit=time_limit, threads=threads, seed=seed, warm=warm))
     state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
              pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "none")
     dual = None

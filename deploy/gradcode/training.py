@@ -1,0 +1,118 @@
+"""A training run's record and the simulated-time backend.
+
+Time is virtual: a step lasts until the master can decode (the simulator's rule, on delays drawn
+from the problem's straggler model); the gradients, the stale stores and the updates are real.
+In the first step of a pipelined scheme every worker computes all its partitions (to fill its
+store), and that step is charged that much computation.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from pipeplan.deploy.gradcode.data import digits
+from pipeplan.deploy.gradcode.models import accuracy, make_model, mean_loss
+from pipeplan.deploy.gradcode.protocol import Master, WorkerState
+from pipeplan.formulations.gradcode.delays import DelaySampler
+from pipeplan.formulations.gradcode.gradient_code import GradientCode
+from pipeplan.formulations.gradcode.problem import GradCodeProblem
+from pipeplan.formulations.gradcode.simulator import compute_times
+
+DEFAULT_LR = {"softmax": 2.0, "mlp": 1.0}
+
+
+@dataclass
+class TrainingRun:
+    scheme: str
+    backend: str
+    model: str
+    n: int
+    s: int
+    lr: float
+    seed: int
+    loss: list[float] = field(default_factory=list)        # training loss before step 0, after each step
+    time_s: list[float] = field(default_factory=list)      # virtual time at the same points
+    survivors: list[list[int]] = field(default_factory=list)
+    test_accuracy: float = 0.0
+    wall_s: float = 0.0
+    dropped_replies: int = 0                               # late replies the master discarded (Ray)
+
+    def time_to_loss(self, target: float) -> float | None:
+        """Virtual time when the training loss first reaches ``target`` (None: never)."""
+        hit = np.flatnonzero(np.asarray(self.loss) <= target)
+        return float(self.time_s[hit[0]]) if hit.size else None
+
+    def steps_to_loss(self, target: float) -> int | None:
+        hit = np.flatnonzero(np.asarray(self.loss) <= target)
+        return int(hit[0]) if hit.size else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class StepClock:
+    """Reply times of every worker in each step. The delays of all ``steps`` are drawn at once,
+    as ``simulate_step_times`` draws them, so both see the same delays for the same seed."""
+
+    def __init__(self, problem: GradCodeProblem, code: GradientCode, steps: int, seed: int):
+        self.base = compute_times(problem, code)
+        self.first = self.base
+        if code.pipelined:   # the filling step computes every stored partition
+            self.first = np.where(np.isfinite(self.base), self.base * code.support.sum(axis=1), np.inf)
+        sampler = DelaySampler(problem.straggler, problem.straggle_prob, np.random.default_rng(seed))
+        self.delays = sampler.next(steps)
+
+    def reply_times(self, t: int) -> np.ndarray:
+        return (self.first if t == 0 else self.base) + self.delays[t]
+
+
+def arrival_order(T: np.ndarray) -> np.ndarray:
+    order = np.argsort(T, kind="stable")
+    return order[np.isfinite(T[order])]
+
+
+def train_simulated(problem: GradCodeProblem, code: GradientCode, *, model: str = "softmax", steps: int = 200,
+                    lr: float | None = None, seed: int = 0, replay: list[list[int]] | None = None,
+                    progress=None) -> TrainingRun:
+    """Train with the code on the digits; ``replay`` forces the survivors of every step (to
+    re-run a Ray run's steps exactly), otherwise they come from the straggler model."""
+    if problem.n != code.n:
+        raise ValueError(f"problem has n = {problem.n}, code has n = {code.n}")
+    data = digits()
+    parts = data.partitions(code.k)
+    N = len(data.y)
+    net = make_model(model, data.X.shape[1], data.classes)
+    lr = DEFAULT_LR[model] if lr is None else lr
+    w = net.init(seed)
+    workers = [WorkerState(i, code) for i in range(code.n)]
+    master = Master(code, lr)
+    clock = StepClock(problem, code, steps, seed)
+    run = TrainingRun(code.scheme, "sim", model, code.n, code.s, lr, seed,
+                      loss=[mean_loss(net, w, data.X, data.y)], time_s=[0.0])
+    began = time.perf_counter()
+    for t in range(steps):
+        T = clock.reply_times(t)
+        if replay is not None:
+            survivors = [int(x) for x in replay[t]]
+        else:
+            order = arrival_order(T)
+            survivors = [int(x) for x in order[:master.needed(order)]]
+        cache: dict[int, np.ndarray] = {}
+
+        def grad_of(j: int, w=w) -> np.ndarray:
+            if j not in cache:
+                cache[j] = net.loss_and_grad_sum(w, *parts[j])[1] / N
+            return cache[j]
+
+        replies = {i: r for i, wk in enumerate(workers) if (r := wk.reply(t, grad_of)) is not None}
+        w = master.step(w, survivors, replies)
+        run.survivors.append(survivors)
+        run.time_s.append(run.time_s[-1] + float(T[survivors].max()))
+        run.loss.append(mean_loss(net, w, data.X, data.y))
+        if progress:
+            progress(t + 1, steps)
+    run.wall_s = time.perf_counter() - began
+    run.test_accuracy = accuracy(net, w, data.X_test, data.y_test)
+    return run

@@ -1,0 +1,160 @@
+"""A gradient code: placement (support), encoding matrix B, decoder and, for pipelined
+schemes, the per-step computation schedule. Plain data, loadable from and written to JSON.
+
+Worker i stores partitions ``support[i]`` and replies ``sum_j B[i, j] g_j`` (g_j the gradient of
+partition j it holds). The master decodes the full gradient ``sum_j g_j`` from the replies of
+the survivors F with a vector a, a^T B_F = 1^T:
+
+* ``groups``: fractional repetition; one reply from each group decodes (weight 1 each);
+* ``lstsq``: least squares on the survivors (cyclic repetition, any code);
+* ``linear``: the fixed linear decoder ``linear_weight * sum of the replies`` (approximate:
+  PGC-CR as published with an all-ones B, and the ignore-stragglers baselines).
+
+With the count rule (``lstsq``, ``linear``) the master waits for the first ``wait`` replies;
+with ``groups`` for the first reply of every group.
+
+``schedule[t % period][i]`` is the partition worker i computes in step t (pipelined schemes; -1
+for a worker with no partition). Without a schedule every worker computes all its partitions
+every step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeplan.errors import InputError
+
+SCHEMA = "pipeplan.gradcode-code/1"
+DECODERS = ("groups", "lstsq", "linear")
+
+
+@dataclass(frozen=True, eq=False)
+class GradientCode:
+    scheme: str
+    s: int
+    support: np.ndarray            # (n, k) bool
+    B: np.ndarray                  # (n, k) float64
+    decoder: str
+    wait: int = 0                  # replies awaited by the count rule (lstsq, linear)
+    groups: tuple[tuple[int, ...], ...] = ()
+    linear_weight: float = 0.0
+    schedule: np.ndarray | None = None   # (period, n) int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for arr in (self.support, self.B, self.schedule):
+            if arr is not None:
+                arr.flags.writeable = False
+
+    @property
+    def n(self) -> int:
+        return self.support.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.support.shape[1]
+
+    @property
+    def pipelined(self) -> bool:
+        return self.schedule is not None
+
+    def loads(self) -> np.ndarray:
+        """Partitions each worker computes per step (0 for a worker with no partition)."""
+        held = self.support.sum(axis=1)
+        return np.minimum(held, 1) if self.pipelined else held
+
+    def same_as(self, other: "GradientCode") -> bool:
+        return (self.scheme == other.scheme and self.s == other.s and self.decoder == other.decoder
+                and self.wait == other.wait and self.groups == other.groups
+                and self.linear_weight == other.linear_weight
+                and np.array_equal(self.support, other.support) and np.array_equal(self.B, other.B)
+                and ((self.schedule is None and other.schedule is None)
+                     or (self.schedule is not None and other.schedule is not None
+                         and np.array_equal(self.schedule, other.schedule))))
+
+    def to_dict(self) -> dict:
+        d = {"schema": SCHEMA, "scheme": self.scheme, "n": self.n, "k": self.k, "s": self.s,
+             "decoder": self.decoder, "pipelined": self.pipelined,
+             "support": self.support.astype(int).tolist(), "B": self.B.tolist()}
+        if self.decoder == "groups":
+            d["groups"] = [list(g) for g in self.groups]
+        else:
+            d["wait"] = self.wait
+        if self.decoder == "linear":
+            d["linear_weight"] = self.linear_weight
+        if self.schedule is not None:
+            d["schedule"] = self.schedule.tolist()
+        if self.meta:
+            d["meta"] = self.meta
+        return d
+
+
+def _matrix(d: dict, key: str, source: str, dtype) -> np.ndarray:
+    rows = d.get(key)
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
+        raise InputError(source, key, "expected a non-empty list of rows")
+    width = len(rows[0])
+    for i, r in enumerate(rows):
+        if len(r) != width or width == 0:
+            raise InputError(source, f"{key}[{i}]", f"{len(r)} entries, expected {width} (one per partition)")
+        for j, v in enumerate(r):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise InputError(source, f"{key}[{i}][{j}]", f"not a finite number: {v!r}")
+    return np.array(rows, dtype=dtype)
+
+
+def code_from_dict(d: dict, source: str = "code") -> GradientCode:
+    """Read a code (or a bare placement: ``support`` and ``s``; B defaults to the support's
+    ones with the least-squares decoder). Shapes and types are checked here; the rules a code
+    must obey (coverage, staleness, ...) by ``checker.violations``."""
+    if not isinstance(d, dict):
+        raise InputError(source, "", "expected a JSON object")
+    if isinstance(d.get("plan"), dict) and "support" in d["plan"]:   # a SolveResult file
+        d = d["plan"]
+    if d.get("schema", SCHEMA) != SCHEMA:
+        raise InputError(source, "schema", f"expected {SCHEMA}, got {d.get('schema')!r}")
+    support_raw = _matrix(d, "support", source, float)
+    if not np.isin(support_raw, (0, 1)).all():
+        raise InputError(source, "support", "entries must be 0 or 1")
+    support = support_raw.astype(bool)
+    n, k = support.shape
+    B = _matrix(d, "B", source, np.float64) if "B" in d else support.astype(np.float64)
+    if B.shape != support.shape:
+        raise InputError(source, "B", f"shape {B.shape}, support is {support.shape}")
+    s = d.get("s")
+    if isinstance(s, bool) or not isinstance(s, int):
+        raise InputError(source, "s", f"expected an integer straggler tolerance, got {s!r}")
+    if not 0 <= s < n:
+        raise InputError(source, "s", f"s = {s} must satisfy 0 <= s < n = {n}")
+    decoder = d.get("decoder", "lstsq")
+    if decoder not in DECODERS:
+        raise InputError(source, "decoder", f"unknown decoder {decoder!r} (known: {', '.join(DECODERS)})")
+    groups: tuple[tuple[int, ...], ...] = ()
+    if decoder == "groups":
+        g = d.get("groups")
+        if not isinstance(g, list) or not all(isinstance(x, list) and x for x in g):
+            raise InputError(source, "groups", "the groups decoder needs a list of non-empty worker lists")
+        for gi, members in enumerate(g):
+            for w in members:
+                if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w < n:
+                    raise InputError(source, f"groups[{gi}]", f"not a worker index in 0..{n - 1}: {w!r}")
+        groups = tuple(tuple(x) for x in g)
+    wait = d.get("wait", n - s)
+    if isinstance(wait, bool) or not isinstance(wait, int) or not 1 <= wait <= n:
+        raise InputError(source, "wait", f"must be an integer in 1..{n}, got {wait!r}")
+    weight = d.get("linear_weight", n / ((n - s) * max(1, int(support.sum(axis=1).max()))))
+    if decoder == "linear" and (not isinstance(weight, (int, float)) or not weight > 0):
+        raise InputError(source, "linear_weight", f"must be positive, got {weight!r}")
+    schedule = None
+    if d.get("schedule") is not None:
+        schedule = _matrix(d, "schedule", source, float)
+        if schedule.shape[1] != n or not (schedule == np.round(schedule)).all():
+            raise InputError(source, "schedule", f"expected rows of {n} integer partition indices (one per worker)")
+        schedule = schedule.astype(np.int64)
+        if ((schedule < -1) | (schedule >= k)).any():
+            raise InputError(source, "schedule", f"partition indices must be in -1..{k - 1}")
+    return GradientCode(scheme=str(d.get("scheme", "custom")), s=s, support=support, B=B, decoder=decoder,
+                        wait=wait, groups=groups, linear_weight=float(weight) if decoder == "linear" else 0.0,
+                        schedule=schedule, meta=dict(d.get("meta", {})))

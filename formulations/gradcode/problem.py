@@ -1,0 +1,121 @@
+"""Gradient-coding problem data: n workers, k data partitions, straggler tolerance s.
+
+Plain frozen data, no solver code. Worker i computes the gradient of one partition in
+``partition_time_s / speeds[i]`` seconds, straggles in a step with probability
+``straggle_prob[i]`` (extra delay from the straggler model) and can store at most
+``capacity[i]`` partitions. ``pipelined`` asks for schemes in which every worker computes one of
+its partitions per step (Su and Li's pipelined gradient coding).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pipeplan.errors import InputError
+from pipeplan.formulations.gradcode.straggler import StragglerModel, model_from_dict
+
+SCHEMA = "pipeplan.gradcode-problem/1"
+
+
+@dataclass(frozen=True)
+class GradCodeProblem:
+    name: str
+    n: int
+    s: int
+    k: int
+    speeds: tuple[float, ...]
+    straggle_prob: tuple[float, ...]
+    capacity: tuple[int, ...]
+    straggler: StragglerModel = field(default_factory=StragglerModel)
+    partition_time_s: float = 0.5
+    pipelined: bool = False
+    source: str = ""
+
+    kind = "gradcode"
+
+    def __post_init__(self):
+        where = self.source or self.name
+        for name in ("n", "s", "k"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise InputError(where, name, f"must be an integer, got {v!r}")
+        if self.n < 1:
+            raise InputError(where, "n", f"need at least one worker, got {self.n}")
+        if self.s < 0:
+            raise InputError(where, "s", f"must be >= 0, got {self.s}")
+        if self.s >= self.n:
+            raise InputError(where, "s", f"s = {self.s} >= n = {self.n}: at least one worker must reply")
+        if self.k < 1:
+            raise InputError(where, "k", f"need at least one partition, got {self.k}")
+        for name in ("speeds", "straggle_prob", "capacity"):
+            v = getattr(self, name)
+            if len(v) != self.n:
+                raise InputError(where, name, f"{len(v)} values for n = {self.n} workers")
+        for i, v in enumerate(self.speeds):
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise InputError(where, f"speeds[{i}]", f"must be a positive number, got {v!r}")
+        for i, v in enumerate(self.straggle_prob):
+            if not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise InputError(where, f"straggle_prob[{i}]", f"must be in [0, 1], got {v!r}")
+        for i, v in enumerate(self.capacity):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(where, f"capacity[{i}]", f"must be an integer >= 1, got {v!r}")
+        if not (isinstance(self.partition_time_s, (int, float)) and math.isfinite(self.partition_time_s)
+                and self.partition_time_s > 0):
+            raise InputError(where, "partition_time_s", f"must be positive, got {self.partition_time_s!r}")
+        if self.straggler.kind == "trace" and len(self.straggler.trace[0]) < self.n:
+            raise InputError(self.straggler.trace_file or where, "columns",
+                             f"delay trace has {len(self.straggler.trace[0])} columns for n = {self.n} workers")
+
+    def compute_time(self, i: int) -> float:
+        """Seconds worker ``i`` needs for one partition's gradient."""
+        return self.partition_time_s / self.speeds[i]
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "name": self.name, "n": self.n, "s": self.s, "k": self.k,
+                "partition_time_s": self.partition_time_s, "pipelined": self.pipelined,
+                "speeds": list(self.speeds), "straggle_prob": list(self.straggle_prob),
+                "capacity": list(self.capacity), "straggler": self.straggler.to_dict()}
+
+
+def homogeneous_problem(n: int, s: int, *, k: int | None = None, name: str | None = None, speed: float = 1.0,
+                        prob: float = 0.2, capacity: int | None = None, straggler: StragglerModel | None = None,
+                        partition_time_s: float = 0.5, pipelined: bool = False) -> GradCodeProblem:
+    """n identical workers, each able to store s+1 partitions (the storage of FR and CR) unless
+    ``capacity`` says otherwise."""
+    for label, v in (("--n", n), ("--s", s)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InputError(label, "", f"must be an integer, got {v!r}")
+    if n < 1:
+        raise InputError("--n", "", f"need at least one worker, got {n}")
+    if not 0 <= s < n:
+        raise InputError("--s", "", f"s = {s} must satisfy 0 <= s < n = {n}")
+    cap = capacity if capacity is not None else s + 1
+    return GradCodeProblem(name=name or f"gradcode/n{n}-s{s}", n=n, s=s, k=n if k is None else k,
+                           speeds=(float(speed),) * n, straggle_prob=(float(prob),) * n, capacity=(cap,) * n,
+                           straggler=straggler or StragglerModel(), partition_time_s=partition_time_s,
+                           pipelined=pipelined)
+
+
+def problem_from_dict(d: dict, source: str = "problem") -> GradCodeProblem:
+    if not isinstance(d, dict):
+        raise InputError(source, "", "expected a JSON object")
+    if d.get("schema", SCHEMA) != SCHEMA:
+        raise InputError(source, "schema", f"expected {SCHEMA}, got {d.get('schema')!r}")
+    try:
+        n, s = d["n"], d["s"]
+    except KeyError as exc:
+        raise InputError(source, exc.args[0], "missing") from None
+    def seq(key, default):
+        v = d.get(key, default)
+        if not isinstance(v, list):
+            raise InputError(source, key, "expected a list")
+        return tuple(v)
+    n_ok = n if isinstance(n, int) and n > 0 else 0
+    return GradCodeProblem(
+        name=str(d.get("name", source)), n=n, s=s, k=d.get("k", n),
+        speeds=seq("speeds", [1.0] * n_ok), straggle_prob=seq("straggle_prob", [0.2] * n_ok),
+        capacity=seq("capacity", [s + 1 if isinstance(s, int) else 1] * n_ok),
+        straggler=model_from_dict(d.get("straggler", {"kind": "exponential"}), source),
+        partition_time_s=d.get("partition_time_s", 0.5), pipelined=bool(d.get("pipelined", False)),
+        source=source)

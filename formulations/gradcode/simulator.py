@@ -1,0 +1,69 @@
+"""Virtual-time simulation of training steps (timing only), vectorised over steps and workers.
+
+In a step worker i replies after ``load_i * partition_time / speed_i + delay_i`` seconds (load:
+partitions it computes per step; delay from the straggler model). The step ends when the master
+can decode (``decoders.needed_replies``): at the first reply of every group (groups decoder) or
+at the ``wait``-th reply (count rule). Every step starts when the previous one ends; late replies
+are dropped.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeplan.formulations.gradcode.decoders import group_index
+from pipeplan.formulations.gradcode.delays import DelaySampler
+from pipeplan.formulations.gradcode.gradient_code import GradientCode
+from pipeplan.formulations.gradcode.problem import GradCodeProblem
+
+
+def compute_times(problem: GradCodeProblem, code: GradientCode) -> np.ndarray:
+    """Seconds of computation per step for each worker (inf: the worker never replies)."""
+    loads = code.loads().astype(np.float64)
+    c = problem.partition_time_s / np.asarray(problem.speeds, dtype=np.float64)
+    return np.where(loads > 0, loads * c, np.inf)
+
+
+class StepRule:
+    """The master's stopping rule, vectorised: step times from reply times T (steps, n)."""
+
+    def __init__(self, code: GradientCode):
+        self.decoder = code.decoder
+        self.wait = code.wait
+        if code.decoder == "groups":
+            of = group_index(code)
+            used = np.flatnonzero(of >= 0)
+            self.perm = used[np.argsort(of[used], kind="stable")]
+            self.starts = np.searchsorted(of[self.perm], np.arange(len(code.groups)))
+
+    def __call__(self, T: np.ndarray) -> np.ndarray:
+        if self.decoder == "groups":
+            return np.minimum.reduceat(T[:, self.perm], self.starts, axis=1).max(axis=1)
+        return np.partition(T, self.wait - 1, axis=1)[:, self.wait - 1]
+
+
+def simulate_step_times(problem: GradCodeProblem, code: GradientCode, steps: int, *, seed: int = 0,
+                        chunk: int = 16_384) -> np.ndarray:
+    """Duration of each of ``steps`` steps (seconds)."""
+    rule = StepRule(code)
+    base = compute_times(problem, code)
+    sampler = DelaySampler(problem.straggler, problem.straggle_prob, np.random.default_rng(seed))
+    out = np.empty(steps)
+    for lo in range(0, steps, chunk):
+        m = min(chunk, steps - lo)
+        out[lo:lo + m] = rule(sampler.next(m) + base)
+    return out
+
+
+def worst_case_step_time(problem: GradCodeProblem, code: GradientCode) -> float:
+    """Step time when an adversary picks s workers that never reply (no random delays): the
+    (s+1)-th fastest member of the slowest group, or the (s + wait)-th fastest worker."""
+    c = compute_times(problem, code)
+    s = code.s
+    if code.decoder == "groups":
+        worst = 0.0
+        for members in code.groups:
+            times = np.sort(c[list(members)])
+            worst = max(worst, float(times[s]) if times.size > s else np.inf)
+        return worst
+    order = np.sort(c)
+    return float(order[s + code.wait - 1]) if s + code.wait <= code.n else np.inf

@@ -1,0 +1,118 @@
+"""Straggler models: what extra delay each worker adds to its reply in each step.
+
+Plain data. Sampling lives in ``delays``. The delay is *extra* time on top of the worker's
+computation; a straggling worker still finishes its computation (and, in pipelined schemes,
+stores the gradient it computed), only its reply arrives late.
+
+Kinds (a worker straggles in a step with its own probability ``p_i`` from the problem):
+
+* ``none``: no extra delay.
+* ``exponential``: Bernoulli(p_i) x Exp(mean ``mean_s``); the PGC experiments use mean 1 s and
+  2 s (Su and Li, arXiv 2607.20739, section on experiments, as summarised in design.md 4.2).
+* ``shifted-exponential``: Bernoulli(p_i) x (``shift_s`` + Exp(mean ``mean_s``)).
+* ``pareto``: Bernoulli(p_i) x Pareto(scale ``scale_s``, shape ``alpha``): heavy tail.
+* ``markov``: persistent stragglers, a two-state chain per worker that stays a straggler with
+  probability ``stay`` (0.95) and is a straggler p_i of the time; a straggler's delay is
+  Exp(mean ``mean_s``).
+* ``trace``: replay a measured delay trace (CSV, one row per step, one column per worker,
+  seconds; cycled when shorter than the run); p_i is not used.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeplan.errors import InputError
+
+KINDS = ("none", "exponential", "shifted-exponential", "pareto", "markov", "trace")
+
+
+@dataclass(frozen=True)
+class StragglerModel:
+    kind: str = "exponential"
+    mean_s: float = 1.0
+    shift_s: float = 0.0
+    scale_s: float = 0.5
+    alpha: float = 1.5
+    stay: float = 0.95
+    trace_file: str = ""
+    trace: tuple[tuple[float, ...], ...] = field(default=(), repr=False)
+
+    def __post_init__(self):
+        where = "straggler"
+        if self.kind not in KINDS:
+            raise InputError(where, "kind", f"unknown straggler model {self.kind!r} (known: {', '.join(KINDS)})")
+        for name in ("mean_s", "shift_s", "scale_s", "alpha"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise InputError(where, name, f"must be a finite number >= 0, got {v!r}")
+        if self.kind == "pareto" and not (self.alpha > 0 and self.scale_s > 0):
+            raise InputError(where, "alpha", "pareto needs alpha > 0 and scale_s > 0")
+        if not 0 <= self.stay < 1:
+            raise InputError(where, "stay", f"must be in [0, 1), got {self.stay!r}")
+        if self.kind == "trace" and not self.trace:
+            raise InputError(where, "trace_file", "the trace model needs a delay trace (--trace FILE)")
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind}
+        if self.kind in ("exponential", "shifted-exponential", "markov"):
+            d["mean_s"] = self.mean_s
+        if self.kind == "shifted-exponential":
+            d["shift_s"] = self.shift_s
+        if self.kind == "pareto":
+            d.update(scale_s=self.scale_s, alpha=self.alpha)
+        if self.kind == "markov":
+            d["stay"] = self.stay
+        if self.kind == "trace":
+            d["trace_file"] = self.trace_file
+        return d
+
+
+def load_trace(path: str | Path) -> tuple[tuple[float, ...], ...]:
+    """Rows of per-worker delays (s) from a CSV file; a first row that is not numeric is a header."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), "", f"cannot read delay trace ({getattr(exc, 'strerror', None) or exc})") from None
+    rows = [r for r in csv.reader(text.splitlines()) if any(c.strip() for c in r)]
+    if rows and not _numeric(rows[0][0]):
+        rows = rows[1:]
+    if not rows:
+        raise InputError(str(path), "", "delay trace has no data rows")
+    out = []
+    width = len(rows[0])
+    for i, row in enumerate(rows, start=1):
+        if len(row) != width:
+            raise InputError(str(path), f"row {i}", f"{len(row)} columns, expected {width}")
+        try:
+            vals = tuple(float(c) for c in row)
+        except ValueError:
+            raise InputError(str(path), f"row {i}", f"not a number in {row!r}") from None
+        if not all(math.isfinite(v) and v >= 0 for v in vals):
+            raise InputError(str(path), f"row {i}", "delays must be finite and >= 0")
+        out.append(vals)
+    return tuple(out)
+
+
+def _numeric(cell: str) -> bool:
+    try:
+        float(cell)
+        return True
+    except ValueError:
+        return False
+
+
+def model_from_dict(d: dict, source: str = "straggler") -> StragglerModel:
+    if not isinstance(d, dict):
+        raise InputError(source, "straggler", "expected an object")
+    known = {"kind", "mean_s", "shift_s", "scale_s", "alpha", "stay", "trace_file"}
+    extra = sorted(set(d) - known)
+    if extra:
+        raise InputError(source, f"straggler.{extra[0]}", "unknown field")
+    kw = dict(d)
+    if kw.get("kind") == "trace":
+        kw["trace"] = load_trace(kw.get("trace_file", ""))
+    return StragglerModel(**kw)

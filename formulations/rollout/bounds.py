@@ -1,0 +1,83 @@
+"""Lower bounds on the trainer's finish (the end of the last update) that hold for every
+admission policy and every trainer order, under the simulator's engine.
+
+Engine work: to finish a set S of requests the engine must run their prefills (which stall
+decode) and at least ``steps(S)`` decode steps, and each step costs at least
+``c0 + c1*b + c2*kv`` counting only the requests of S in it. Summed over S's steps, the c1 and
+c2 terms do not depend on the schedule (request i adds ``c1`` per token and ``c2*(p + j)`` at
+its j-th token); the number of steps is at least the longest response of S, its tokens over
+``max_num_seqs``, and the KV it holds summed over its steps (the footprint every step with
+``reserve``, what is in use with ``on_demand``) over the KV capacity.
+
+Trainer: update k can only start once the groups of the first k updates are complete, so
+finish >= (time the c_k-th group can complete at the earliest) + (least time of the updates
+from k on). The earliest c-th completion takes the c cheapest groups for each engine term.
+"""
+from __future__ import annotations
+
+import bisect
+
+from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
+
+
+def _group_terms(problem: RolloutProblem, engine: EngineModel, demands=None):
+    """Per group: additive work (prefills + c1 + c2 terms), tokens, KV reservation, longest response."""
+    add, tokens, kv, longest = [], [], [], []
+    for g in range(problem.R):
+        a = t = e = 0.0
+        m = 0
+        p = problem.prompt_tokens[g]
+        for k, n in enumerate(problem.response_tokens[g]):
+            a += engine.prefill_time(p) + engine.c1_s * n + engine.c2_s * (n * p + n * (n - 1) / 2)
+            t += n
+            if demands is not None:
+                e += demands[g * problem.K + k] * n
+            elif engine.kv_mode == "reserve":
+                e += (p + n) * n                     # the footprint is held for every step
+            else:
+                e += n * p + n * (n + 1) // 2        # on demand: what is in use after each step
+            m = max(m, n)
+        add.append(a)
+        tokens.append(t)
+        kv.append(e)
+        longest.append(m)
+    return add, tokens, kv, longest
+
+
+def earliest_completions(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> list[float]:
+    """``out[c-1]`` is a lower bound on the time by which c groups can be complete. ``engine``
+    and ``demands`` (KV held per request, default the footprint) replace the problem's for the
+    offline model."""
+    engine = engine or problem.engine
+    add, tokens, kv, longest = _group_terms(problem, engine, demands)
+    c0, seqs, cap = engine.c0_s, engine.max_num_seqs, engine.kv_capacity_tokens
+    per_token = sorted(a + c0 * t / seqs for a, t in zip(add, tokens))
+    per_kv = sorted(a + c0 * e / cap for a, e in zip(add, kv))
+    best_longest = [float("inf")] * (problem.R + 1)
+    prefix: list[float] = []
+    for g in sorted(range(problem.R), key=lambda g: longest[g]):   # sets whose longest response is longest[g]
+        bisect.insort(prefix, add[g])
+        acc = 0.0
+        for c, a in enumerate(prefix, start=1):
+            acc += a
+            best_longest[c] = min(best_longest[c], c0 * longest[g] + acc)
+    return [max(sum(per_token[:c]), sum(per_kv[:c]), best_longest[c]) for c in range(1, problem.R + 1)]
+
+
+def least_update_time(problem: RolloutProblem, n_updates: int, n_groups: int) -> float:
+    """Least total time of ``n_updates`` updates that hold at least ``n_groups`` groups."""
+    tr = problem.trainer
+    tokens = sum(sorted(problem.group_tokens)[:n_groups])
+    micro = max(n_updates, -(-tokens // tr.token_budget))
+    return tr.s_per_token * tokens + tr.s_per_microbatch * micro + tr.optimizer_step_s * n_updates
+
+
+def train_end_lower_bound(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> float:
+    done = earliest_completions(problem, engine, demands)
+    sizes = problem.update_sizes()
+    best, before = 0.0, 0
+    for k, size in enumerate(sizes):
+        ready = done[before + size - 1]
+        best = max(best, ready + least_update_time(problem, len(sizes) - k, problem.R - before))
+        before += size
+    return best

@@ -1,0 +1,104 @@
+"""Real response-length traces: CSV or JSONL rows with a prompt id, a sample id and the
+response tokens (optionally the prompt tokens), turned into one round.
+
+CSV header (any column order): ``prompt_id,sample_id,response_tokens[,prompt_tokens]``;
+JSONL: one object per line with the same keys. Groups keep the order in which their prompt
+ids first appear; samples are sorted by sample id; every prompt needs the same number of
+samples (K). A missing, non-integer or negative length is an error naming the line.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from pipeplan.errors import InputError
+from pipeplan.formulations.rollout.problem import RolloutProblem, problem_from_dict
+from pipeplan.formulations.rollout.workloads import make_round
+from pipeplan.io import load_json
+
+REQUIRED = ("prompt_id", "sample_id", "response_tokens")
+DEFAULT_PROMPT_TOKENS = 256
+
+
+def _rows(path: Path) -> list[tuple[int, dict]]:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), "", f"cannot read trace ({exc})") from None
+    if not text.strip():
+        raise InputError(str(path), "", "empty trace")
+    if path.suffix == ".jsonl":
+        rows = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(str(path), f"line {n}", f"invalid JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise InputError(str(path), f"line {n}", "expected a JSON object")
+                rows.append((n, row))
+        return rows
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError(str(path), "header", f"missing column(s) {', '.join(missing)}")
+    return [(n, row) for n, row in enumerate(reader, start=2)]
+
+
+def _count(path: Path, n: int, row: dict, key: str, *, positive: bool = False) -> int:
+    value = row.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise InputError(str(path), f"line {n}: {key}", "missing")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InputError(str(path), f"line {n}: {key}", f"not a number: {value!r}") from None
+    if number != int(number) or number < (1 if positive else 0):
+        raise InputError(str(path), f"line {n}: {key}",
+                         f"expected a {'positive' if positive else 'non-negative'} whole number, got {value!r}")
+    return int(number)
+
+
+def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=None, jitter_groups: float = 0.0,
+               seed: int = 0) -> RolloutProblem:
+    """A round from a trace; ``R`` keeps the first R prompts."""
+    path = Path(path)
+    groups: dict[str, dict] = {}
+    for n, row in _rows(path):
+        for key in REQUIRED:
+            if key not in row:
+                raise InputError(str(path), f"line {n}: {key}", "missing")
+        pid, sid = str(row["prompt_id"]), str(row["sample_id"])
+        g = groups.setdefault(pid, {"samples": {}, "prompt": None})
+        if sid in g["samples"]:
+            raise InputError(str(path), f"line {n}", f"prompt {pid!r} sample {sid!r} appears twice")
+        g["samples"][sid] = _count(path, n, row, "response_tokens")
+        if row.get("prompt_tokens") not in (None, ""):
+            g["prompt"] = _count(path, n, row, "prompt_tokens", positive=True)
+    if not groups:
+        raise InputError(str(path), "", "no rows")
+    chosen = list(groups.items())[:R] if R else list(groups.items())
+    if R and len(chosen) < R:
+        raise InputError(str(path), "R", f"the trace has {len(chosen)} prompts, fewer than R = {R}")
+    sizes = {len(g["samples"]) for _, g in chosen}
+    if len(sizes) != 1:
+        raise InputError(str(path), "sample_id", f"prompts have different numbers of samples {sorted(sizes)} (K must be equal)")
+
+    def by_id(sid: str):
+        return (0, int(sid)) if sid.lstrip("-").isdigit() else (1, sid)
+
+    responses = [[g["samples"][s] for s in sorted(g["samples"], key=by_id)] for _, g in chosen]
+    prompts = [g["prompt"] or DEFAULT_PROMPT_TOKENS for _, g in chosen]
+    return make_round(f"trace/{path.stem}", prompts, responses, engine=engine, trainer=trainer,
+                      jitter_groups=jitter_groups, seed=seed, source=str(path),
+                      meta={"trace": str(path), "prompt_ids": [pid for pid, _ in chosen]})
+
+
+def load_problem_file(path: str | Path) -> RolloutProblem:
+    """A ``pipeplan.rollout/1`` JSON problem, or a CSV/JSONL trace."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return problem_from_dict(load_json(path), str(path))
+    return load_trace(path)

@@ -1,0 +1,61 @@
+"""Catalogue of gradient-coding instances (``gradcode/<preset>``).
+
+Not from the paper (whose cluster is not described in numbers here): partition time 0.5 s on a
+speed-1 worker; homogeneous workers straggle with probability 0.2; the straggler delay is
+exponential with mean 1 s (the PGC experiments use means of 1 s and 2 s). Heterogeneous
+clusters mix three tiers in a fixed interleaved order: fast (speed 2, straggles 5% of the
+steps, stores 2(s+1) partitions), medium (speed 1, 15%, s+1) and slow (speed 0.5, 40%, s+1).
+"""
+from __future__ import annotations
+
+from pipeplan.errors import InputError
+from pipeplan.formulations.gradcode.problem import GradCodeProblem, homogeneous_problem
+from pipeplan.formulations.gradcode.straggler import StragglerModel
+
+TIERS = {"A": (2.0, 0.05, 2), "B": (1.0, 0.15, 1), "C": (0.5, 0.40, 1)}   # speed, p, capacity / (s+1)
+PATTERN = "ABCBACBBACBC"
+
+
+def heterogeneous_problem(name: str, s: int, *, pipelined: bool = False,
+                          straggler: StragglerModel | None = None, pattern: str = PATTERN) -> GradCodeProblem:
+    tiers = [TIERS[t] for t in pattern]
+    n = len(tiers)
+    return GradCodeProblem(name=name, n=n, s=s, k=n, speeds=tuple(t[0] for t in tiers),
+                           straggle_prob=tuple(t[1] for t in tiers), capacity=tuple(t[2] * (s + 1) for t in tiers),
+                           straggler=straggler or StragglerModel(), pipelined=pipelined)
+
+
+def _catalogue() -> dict[str, callable]:
+    out = {}
+    for s in (1, 2, 3):
+        out[f"gradcode/homog-n12-s{s}"] = lambda s=s: homogeneous_problem(12, s, name=f"gradcode/homog-n12-s{s}")
+        out[f"gradcode/hetero-n12-s{s}"] = lambda s=s: heterogeneous_problem(f"gradcode/hetero-n12-s{s}", s)
+    for s in (1, 2):
+        out[f"gradcode/homog-n12-s{s}-pipe"] = lambda s=s: homogeneous_problem(
+            12, s, name=f"gradcode/homog-n12-s{s}-pipe", pipelined=True)
+        out[f"gradcode/hetero-n12-s{s}-pipe"] = lambda s=s: heterogeneous_problem(
+            f"gradcode/hetero-n12-s{s}-pipe", s, pipelined=True)
+    out["gradcode/hetero-n12-s2-markov"] = lambda: heterogeneous_problem(
+        "gradcode/hetero-n12-s2-markov", 2, straggler=StragglerModel(kind="markov", mean_s=1.0, stay=0.95))
+    out["gradcode/hetero-n12-s2-pareto"] = lambda: heterogeneous_problem(
+        "gradcode/hetero-n12-s2-pareto", 2, straggler=StragglerModel(kind="pareto", scale_s=0.5, alpha=1.5))
+    out["gradcode/homog-n24-s3"] = lambda: homogeneous_problem(24, 3, name="gradcode/homog-n24-s3")
+    return out
+
+
+_CATALOGUE = _catalogue()
+
+
+def instance_names() -> list[str]:
+    return list(_CATALOGUE)
+
+
+def load_instance(name: str) -> GradCodeProblem:
+    """A catalogue instance, or a problem JSON file (``pipeplan.gradcode-problem/1``)."""
+    if name in _CATALOGUE:
+        return _CATALOGUE[name]()
+    if name.endswith(".json"):
+        from pipeplan.formulations.gradcode.problem import problem_from_dict
+        from pipeplan.io import load_json
+        return problem_from_dict(load_json(name), name)
+    raise InputError(name, "instance", f"unknown gradcode instance (known: {', '.join(instance_names())})")

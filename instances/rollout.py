@@ -1,0 +1,58 @@
+"""The rollout-admission catalogue.
+
+* ``rollout/<workload>-R<R>``: one round of a preset workload (``lsat-ar``, ``sci-xw``,
+  ``sci-jl``, ``olyphys``) with R in {32, 64, 96}, K = 8, U = 2, on the paper's hardware
+  models (seed 0); ``-s<seed>`` picks another draw of the lengths.
+* ``rollout/tiny-<n>``: tiny rounds on a linear engine, small enough for brute force.
+* a path to a ``pipeplan.rollout/1`` JSON file, or to a CSV/JSONL trace (see ``traces.py``).
+"""
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+from pipeplan.errors import InputError
+from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
+from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
+
+TINY = 4
+_NAME = re.compile(r"^rollout/(?P<w>[a-z0-9_-]+)-R(?P<R>\d+)(?:-s(?P<seed>\d+))?$")
+
+
+def instance_names() -> list[str]:
+    return [f"rollout/{w}-R{R}" for w in PRESETS for R in R_PAPER] + [f"rollout/tiny-{k}" for k in range(TINY)]
+
+
+def tiny_instance(k: int) -> RolloutProblem:
+    """Tiny round k: 2-3 groups x 2 samples, 1-5 decode steps of 1 s each, two engine slots
+    and a KV capacity that binds; trainer times in whole milliseconds."""
+    rng = random.Random(1000 + k)
+    R = 3 if k % 2 else 2
+    U = 1 if k < 2 else 2
+    prompts = [rng.randint(1, 3) for _ in range(R)]
+    responses = [[rng.randint(1, 5) for _ in range(2)] for _ in range(R)]
+    cap = max(p + max(r) for p, r in zip(prompts, responses)) + rng.randint(2, 6)
+    engine = EngineModel(max_num_seqs=2, kv_capacity_tokens=cap, c0_s=1.0)
+    trainer = TrainerModel(groups_per_update=U, token_budget=12, s_per_token=0.125, s_per_microbatch=0.5,
+                           optimizer_step_s=rng.choice([1.0, 2.0, 3.0]))
+    return RolloutProblem(f"rollout/tiny-{k}", tuple(prompts), tuple(map(tuple, responses)), engine, trainer,
+                          source=f"rollout/tiny-{k}")
+
+
+def load_instance(name: str) -> RolloutProblem:
+    path = Path(name)
+    if path.suffix in (".json", ".csv", ".jsonl") and path.exists():
+        from pipeplan.formulations.rollout.traces import load_problem_file
+        return load_problem_file(path)
+    if name.startswith("rollout/tiny-") and name[len("rollout/tiny-"):].isdigit():
+        k = int(name[len("rollout/tiny-"):])
+        if k < TINY:
+            return tiny_instance(k)
+    m = _NAME.match(name)
+    if m and m["w"] in PRESETS:
+        return preset_round(m["w"], int(m["R"]), seed=int(m["seed"] or 0))
+    if m:
+        preset_round(m["w"], int(m["R"]))      # raises the unknown-preset error
+    raise InputError(name, "instance", f"unknown rollout instance (e.g. {', '.join(instance_names()[:3])}, "
+                     "rollout/tiny-0, or a .json/.csv/.jsonl file)")

@@ -1,0 +1,316 @@
+"""``pipeplan gradcode ...``: place, verify, simulate, train and study gradient codes."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pipeplan.errors import InputError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Pipelined gradient coding: placements, verification, simulation, training.")
+
+SCHEME_HELP = "fr, cr, pgc-fr, pgc-cr, solver (training also: uncoded, gc-fr, gc-cr, ignore-sgd, ignore-gc)"
+
+_n = typer.Option(None, "--n", help="workers (default: the instance's)")
+_s = typer.Option(None, "--s", help="stragglers to tolerate (default: the instance's)")
+_instance = typer.Option(None, "--instance", help="gradcode instance name or problem JSON file")
+_seed = typer.Option(0, "--seed")
+_decoder = typer.Option(None, "--decoder", help="pgc-cr only: lstsq (exact) or linear (as published)")
+_tries = typer.Option(8, "--tries", help="CR: random H matrices to try (the best conditioned is kept)")
+_backend = typer.Option("cpsat", "--solver-backend", help="scheme solver: cpsat or milp")
+_objective = typer.Option("expected", "--objective", help="scheme solver: expected or worst step time")
+_limit = typer.Option(30.0, "--time-limit", help="scheme solver: seconds")
+_pipelined = typer.Option(False, "--pipelined", help="scheme solver without --instance: one partition per step")
+_delay = typer.Option(None, "--delay", help="none, exponential, shifted-exponential, pareto, markov, trace "
+                                             "(default: the instance's, else exponential)")
+_mean = typer.Option(None, "--mean", help="mean extra delay of a straggler (s; default 1)")
+_shift = typer.Option(None, "--shift", help="shifted-exponential: fixed part of the delay (s; default 0)")
+_scale = typer.Option(None, "--scale", help="pareto: scale (s; default 0.5)")
+_alpha = typer.Option(None, "--alpha", help="pareto: shape (default 1.5)")
+_stay = typer.Option(None, "--stay", help="markov: probability a straggler stays one (default 0.95)")
+_trace = typer.Option(None, "--trace", help="CSV of delays (one row per step, one column per worker)")
+_prob = typer.Option(None, "--prob", help="probability a worker straggles in a step (homogeneous; default 0.2)")
+_ptime = typer.Option(None, "--partition-time", help="seconds per partition on a speed-1 worker (default 0.5)")
+
+
+def _straggler_changes(delay, mean, shift, scale, alpha, stay, trace) -> dict:
+    """The straggler-model fields the options set (an empty dict: keep the problem's model)."""
+    from pipeplan.formulations.gradcode.straggler import load_trace
+    changes = {k: v for k, v in (("kind", delay), ("mean_s", mean), ("shift_s", shift), ("scale_s", scale),
+                                 ("alpha", alpha), ("stay", stay)) if v is not None}
+    if trace is not None:
+        changes.update(kind=delay or "trace", trace_file=str(trace), trace=load_trace(trace))
+    elif delay == "trace":
+        raise InputError("--trace", "", "--delay trace needs --trace FILE")
+    return changes
+
+
+def _problem(instance, n, s, *, straggler=None, prob=None, partition_time=None, pipelined=False):
+    """The instance (or n homogeneous workers) with the options' overrides; ``straggler`` is a
+    dict of straggler-model fields to change."""
+    from pipeplan.formulations.gradcode.problem import homogeneous_problem
+    from pipeplan.instances.gradcode import load_instance
+    if instance:
+        p = load_instance(instance)
+        for label, given, have in (("--n", n, p.n), ("--s", s, p.s)):
+            if given is not None and given != have:
+                raise InputError(label, "", f"{given} differs from the instance's {have}")
+    elif n is None or s is None:
+        raise InputError("--n", "", "give --n and --s, or --instance")
+    else:
+        p = homogeneous_problem(n, s, pipelined=pipelined)
+    changes = {}
+    if straggler:
+        changes["straggler"] = replace(p.straggler, **straggler)
+    if partition_time is not None:
+        changes["partition_time_s"] = partition_time
+    if prob is not None:
+        changes["straggle_prob"] = (prob,) * p.n
+    return replace(p, **changes) if changes else p
+
+
+def _check_options(prob, partition_time):
+    if prob is not None and not 0 <= prob <= 1:
+        raise InputError("--prob", "", f"must be in [0, 1], got {prob}")
+    if partition_time is not None and not partition_time > 0:
+        raise InputError("--partition-time", "", f"must be positive, got {partition_time}")
+
+
+def _load_code(path: Path, problem=None):
+    from pipeplan.formulations.gradcode.checker import violations
+    from pipeplan.formulations.gradcode.gradient_code import code_from_dict
+    from pipeplan.io import load_json
+    code = code_from_dict(load_json(path), str(path))
+    bad = violations(code, problem)
+    if bad:
+        raise InputError(str(path), "placement", bad[0] + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+    return code
+
+
+def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, time_limit):
+    """(code, SolveResult or None) for a named scheme on ``problem``."""
+    import pipeplan
+    from pipeplan.formulations.gradcode.gradient_code import code_from_dict
+    from pipeplan.solvers.gradcode.schemes import build
+    if scheme == "solver":
+        if backend not in ("cpsat", "milp"):
+            raise InputError("--solver-backend", "", f"unknown backend {backend!r} (cpsat or milp)")
+        if objective not in ("expected", "worst"):
+            raise InputError("--objective", "", f"unknown objective {objective!r} (expected or worst)")
+        r = pipeplan.solve(problem, backend, time_limit=time_limit, seed=seed, threads=2, objective=objective)
+        if r.plan is None:
+            raise InputError(problem.name, "solver", f"{r.termination.value}: {r.message}")
+        return code_from_dict(r.plan, problem.name), r
+    if scheme in ("fr", "gc-fr", "cr", "gc-cr", "pgc-fr", "pgc-cr") and problem.k != problem.n:
+        raise InputError("--scheme", "", f"{scheme} needs k = n partitions (the problem has k = {problem.k}, n = {problem.n})")
+    return build(scheme, problem.n, problem.s, seed=seed, tries=tries, decoder=decoder), None
+
+
+@app.command("place")
+def place_cmd(scheme: str = typer.Option(..., "--scheme", help=SCHEME_HELP), n: Optional[int] = _n,
+              s: Optional[int] = _s, instance: Optional[str] = _instance, seed: int = _seed, tries: int = _tries,
+              decoder: Optional[str] = _decoder, backend: str = _backend, objective: str = _objective,
+              time_limit: float = _limit, pipelined: bool = _pipelined,
+              out: Optional[Path] = typer.Option(None, "--out", help="write the code JSON here")):
+    """Build a placement: support, encoding matrix B, decoder and (pipelined) per-step schedule."""
+    from pipeplan.io import write_json
+    problem = _problem(instance, n, s, pipelined=pipelined)
+    code, result = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend=backend,
+                              objective=objective, time_limit=time_limit)
+    doc = code.to_dict()
+    doc["instance"] = problem.name
+    if result is not None:
+        doc["solve"] = {"solver": result.solver, "termination": result.termination.value,
+                        "quality": result.quality.value, "objectives": result.objectives, "bound": result.bound,
+                        "message": result.message}
+    if out:
+        write_json(out, doc)
+        sched = f", schedule period {code.schedule.shape[0]}" if code.pipelined else ""
+        found = ""
+        if result is not None:
+            o = result.objectives
+            found = (f", {result.termination.value}: expected step {o['expected_step_s']:.3f} s, "
+                     f"worst case {o.get('worst_step_s', float('inf')):.3f} s")
+        typer.echo(f"{code.scheme}: n={code.n} k={code.k} s={code.s}, decoder {code.decoder}{sched}{found} -> {out}")
+    else:
+        typer.echo(json.dumps(doc))
+
+
+@app.command("verify")
+def verify_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME_HELP),
+               code_file: Optional[Path] = typer.Option(None, "--code", help="a code/placement JSON (place --out)"),
+               n: Optional[int] = _n, s: Optional[int] = _s, instance: Optional[str] = _instance,
+               seed: int = _seed, tries: int = _tries, decoder: Optional[str] = _decoder,
+               samples: int = typer.Option(20_000, "--samples", help="straggler sets to sample past exhaustive"),
+               max_sets: int = typer.Option(250_000, "--max-sets", help="most sets to enumerate exhaustively"),
+               as_json: bool = typer.Option(False, "--json")):
+    """Decode from every straggler set of size s (exhaustive up to n = 24): worst residual and
+    condition number. Exit status 1 when some set does not decode exactly."""
+    from pipeplan.formulations.gradcode.verifier import verify
+    if (scheme is None) == (code_file is None):
+        raise InputError("verify", "", "give exactly one of --scheme, --code")
+    if samples < 1 or max_sets < 1:
+        raise InputError("--samples" if samples < 1 else "--max-sets", "", "must be >= 1")
+    if code_file is not None:
+        code = _load_code(code_file)
+    else:
+        problem = _problem(instance, n, s)
+        code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
+                             objective="expected", time_limit=30.0)
+    began = time.perf_counter()
+    v = verify(code, samples=samples, max_sets=max_sets, seed=seed)
+    doc = {"scheme": code.scheme, "n": code.n, "k": code.k, "s": code.s, **v.to_dict(),
+           "verify_s": round(time.perf_counter() - began, 4)}
+    if as_json:
+        typer.echo(json.dumps(doc))
+    else:
+        how = "all" if v.exhaustive else "sampled"
+        typer.echo(f"{code.scheme} n={code.n} s={code.s}: {'decodable' if v.decodable else 'NOT decodable'} "
+                   f"({how} {v.sets_checked} straggler sets, {v.decoder} decoder); worst residual "
+                   f"{v.worst_residual:.3g}, worst condition {v.worst_condition:.3g} (set {list(v.worst_set)})")
+    if not v.decodable:
+        raise SystemExit(1)   # a check that fails (cli.main would swallow typer.Exit's status)
+
+
+@app.command("simulate")
+def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME_HELP),
+                 code_file: Optional[Path] = typer.Option(None, "--code", help="a code JSON (place --out)"),
+                 n: Optional[int] = _n, s: Optional[int] = _s, instance: Optional[str] = _instance,
+                 steps: int = typer.Option(100_000, "--steps"), seed: int = _seed, tries: int = _tries,
+                 decoder: Optional[str] = _decoder, delay: Optional[str] = _delay, mean: Optional[float] = _mean,
+                 shift: Optional[float] = _shift, scale: Optional[float] = _scale, alpha: Optional[float] = _alpha,
+                 stay: Optional[float] = _stay,
+                 trace: Optional[Path] = _trace, prob: Optional[float] = _prob,
+                 partition_time: Optional[float] = _ptime, as_json: bool = typer.Option(False, "--json"),
+                 out: Optional[Path] = typer.Option(None, "--out", help="write the step-time histogram (CSV) here")):
+    """Virtual-time step times (no training) under a straggler model: mean, tail, histogram."""
+    import numpy as np
+    from pipeplan.formulations.gradcode.simulator import simulate_step_times
+    if (scheme is None) == (code_file is None):
+        raise InputError("simulate", "", "give exactly one of --scheme, --code")
+    if steps < 1:
+        raise InputError("--steps", "", f"must be >= 1, got {steps}")
+    _check_options(prob, partition_time)
+    straggler = _straggler_changes(delay, mean, shift, scale, alpha, stay, trace)
+    if code_file is not None:
+        code = _load_code(code_file)
+        n = code.n if n is None and instance is None else n
+        s = code.s if s is None and instance is None else s
+    problem = _problem(instance, n, s, straggler=straggler, prob=prob, partition_time=partition_time)
+    if code_file is None:
+        code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
+                             objective="expected", time_limit=30.0)
+    elif code.n != problem.n:
+        raise InputError(str(code_file), "n", f"code has n = {code.n}, the problem n = {problem.n}")
+    began = time.perf_counter()
+    times = simulate_step_times(problem, code, steps, seed=seed)
+    elapsed = time.perf_counter() - began
+    p50, p95, p99 = np.percentile(times, [50, 95, 99])
+    doc = {"scheme": code.scheme, "instance": problem.name, "n": problem.n, "s": code.s, "steps": steps,
+           "straggler": problem.straggler.to_dict(), "mean_step_s": float(times.mean()), "p50_step_s": float(p50),
+           "p95_step_s": float(p95), "p99_step_s": float(p99), "max_step_s": float(times.max()),
+           "total_s": float(times.sum()), "simulate_s": round(elapsed, 4)}
+    if out:
+        from pipeplan.io import write_atomic
+        counts, edges = np.histogram(times, bins=50)
+        rows = "".join(f"{lo:.6g},{hi:.6g},{c}\n" for lo, hi, c in zip(edges[:-1], edges[1:], counts))
+        write_atomic(out, "step_s_from,step_s_to,steps\n" + rows)
+    if as_json:
+        typer.echo(json.dumps(doc))
+    else:
+        typer.echo(f"{code.scheme} on {problem.name} ({problem.straggler.kind}): {steps} steps, mean "
+                   f"{doc['mean_step_s']:.4f} s, p50 {p50:.4f}, p95 {p95:.4f}, p99 {p99:.4f} s "
+                   f"(simulated in {elapsed:.2f} s)")
+
+
+@app.command("train")
+def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME_HELP),
+              code_file: Optional[Path] = typer.Option(None, "--code", help="a code JSON (place --out)"),
+              backend: str = typer.Option("sim", "--backend", help="sim (virtual time) or ray (actors)"),
+              n: Optional[int] = _n, s: Optional[int] = _s, instance: Optional[str] = _instance,
+              model: str = typer.Option("softmax", "--model", help="softmax or mlp"),
+              steps: int = typer.Option(200, "--steps"), lr: Optional[float] = typer.Option(None, "--lr"),
+              seed: int = _seed, tries: int = _tries, decoder: Optional[str] = _decoder,
+              delay: Optional[str] = _delay, mean: Optional[float] = _mean, shift: Optional[float] = _shift,
+              scale: Optional[float] = _scale, alpha: Optional[float] = _alpha, stay: Optional[float] = _stay, trace: Optional[Path] = _trace,
+              prob: Optional[float] = _prob, partition_time: Optional[float] = _ptime,
+              time_scale: float = typer.Option(0.02, "--time-scale", help="ray: real seconds per virtual second"),
+              target_loss: Optional[float] = typer.Option(None, "--target-loss"),
+              out: Optional[Path] = typer.Option(None, "--out", help="write the run (loss and time per step) here")):
+    """Train softmax regression or an MLP on the digits with a scheme's stale-gradient updates."""
+    from pipeplan.cli import _progress
+    from pipeplan.deploy.gradcode.models import MODELS
+    from pipeplan.io import write_json
+    if backend not in ("sim", "ray"):
+        raise InputError("--backend", "", f"unknown backend {backend!r} (sim or ray)")
+    if model not in MODELS:
+        raise InputError("--model", "", f"unknown model {model!r} ({', '.join(MODELS)})")
+    if steps < 1 or (lr is not None and not lr > 0) or not time_scale >= 0:
+        raise InputError("--steps" if steps < 1 else "--lr" if lr is not None and not lr > 0 else "--time-scale",
+                         "", "must be positive")
+    if (scheme is None) == (code_file is None):
+        raise InputError("train", "", "give exactly one of --scheme, --code")
+    _check_options(prob, partition_time)
+    straggler = _straggler_changes(delay, mean, shift, scale, alpha, stay, trace)
+    if code_file is not None:
+        code = _load_code(code_file)
+        n = code.n if n is None and instance is None else n
+        s = code.s if s is None and instance is None else s
+    problem = _problem(instance, n, s, straggler=straggler, prob=prob, partition_time=partition_time)
+    if code_file is None:
+        code, _ = _make_code(scheme, problem, seed=seed, tries=tries,
+                             decoder=decoder or ("linear" if scheme == "pgc-cr" else None),
+                             backend="cpsat", objective="expected", time_limit=30.0)
+    elif code.n != problem.n:
+        raise InputError(str(code_file), "n", f"code has n = {code.n}, the problem n = {problem.n}")
+    if backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise InputError("--backend", "", "ray is not installed (pip install 'pipeplan[ray]')") from None
+        from pipeplan.deploy.gradcode.ray_backend import train_ray
+        with _progress(f"train {code.scheme} on ray") as progress:
+            run = train_ray(problem, code, model=model, steps=steps, lr=lr, seed=seed, time_scale=time_scale,
+                            progress=progress)
+    else:
+        from pipeplan.deploy.gradcode.training import train_simulated
+        with _progress(f"train {code.scheme}") as progress:
+            run = train_simulated(problem, code, model=model, steps=steps, lr=lr, seed=seed, progress=progress)
+    summary = {"scheme": run.scheme, "backend": run.backend, "model": model, "n": run.n, "s": problem.s,
+               "steps": steps, "final_loss": run.loss[-1], "virtual_time_s": run.time_s[-1],
+               "test_accuracy": run.test_accuracy, "wall_s": round(run.wall_s, 3)}
+    if backend == "ray":
+        summary["dropped_replies"] = run.dropped_replies
+    if target_loss is not None:
+        summary["target_loss"] = target_loss
+        summary["time_to_target_s"] = run.time_to_loss(target_loss)
+        summary["steps_to_target"] = run.steps_to_loss(target_loss)
+    if out:
+        write_json(out, {**run.to_dict(), "summary": summary, "instance": problem.name})
+    typer.echo(json.dumps(summary))
+
+
+@app.command("study")
+def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out"),
+              steps: int = typer.Option(250, "--steps", help="training steps per run"),
+              models: str = typer.Option("softmax,mlp", "--models"),
+              time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per assignment solve"),
+              quick: bool = typer.Option(False, "--quick", help="softmax only, s = 2, delay mean 1 s; short solves")):
+    """Write results/gradcode/: time to target loss, loss-vs-time plots, solver vs FR/CR, timings."""
+    from pipeplan.cli import _progress
+    from pipeplan.deploy.gradcode.models import MODELS
+    from pipeplan.gradcode_study import run_study
+    chosen = [m.strip() for m in models.split(",") if m.strip()]
+    for m in chosen:
+        if m not in MODELS:
+            raise InputError("--models", "", f"unknown model {m!r} ({', '.join(MODELS)})")
+    if steps < 10:
+        raise InputError("--steps", "", f"need at least 10 steps, got {steps}")
+    with _progress("gradcode study") as progress:
+        md = run_study(out, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress)
+    typer.echo(md)

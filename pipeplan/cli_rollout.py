@@ -1,0 +1,246 @@
+"""``pipeplan rollout ...``: simulate, compare, optimum, sweep, reproduce (rollout admission).
+
+A round comes from a catalogue name (``rollout/lsat-ar-R32``, ``rollout/tiny-0``), a problem
+or trace file, or ``--workload W --R N [--K 8 --seed 0]``. Bad input (R < U, K < 1, a trace with
+a missing or negative length, a capacity that cannot hold one request, an unknown preset or
+policy) prints one ``error:`` line and exits 2 before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pipeplan.errors import InputError
+
+rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
+
+ALL = "all"
+
+
+def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter):
+    from pipeplan.formulations.rollout.traces import load_trace
+    from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
+    from pipeplan.instances.rollout import load_instance
+
+    given = [x is not None for x in (instance, workload, trace)]
+    if sum(given) != 1:
+        raise InputError("rollout", "", "give exactly one of INSTANCE, --workload or --trace")
+    if instance is not None:
+        problem = load_instance(instance)
+    elif trace is not None:
+        problem = load_trace(trace, R=R, jitter_groups=jitter or 0.0, seed=seed)
+    else:
+        problem = preset_round(workload, 32 if R is None else R, K=K, seed=seed, max_response_tokens=max_response,
+                               jitter_groups=ARRIVAL_JITTER_GROUPS if jitter is None else jitter)
+    changes = {k: v for k, v in (("kv_capacity_tokens", kv_capacity), ("max_num_seqs", max_num_seqs)) if v is not None}
+    if changes:
+        problem = dataclasses.replace(problem, engine=dataclasses.replace(problem.engine, **changes))
+    return problem
+
+
+def _names(text: str) -> list[str]:
+    from pipeplan.registry import get_solver, solvers
+    if text == ALL:
+        return [s.name for s in solvers("rollout") if s.name != "cpsat"]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise InputError("--policies", "", "no names")
+    for n in names:
+        get_solver("rollout", n)
+    return names
+
+
+# options shared by the commands that take one round
+INSTANCE = typer.Argument(None, help="catalogue name (rollout/lsat-ar-R32) or a .json/.csv/.jsonl file")
+WORKLOAD = typer.Option(None, "--workload", help="preset: lsat-ar, sci-xw, sci-jl, olyphys")
+R_OPT = typer.Option(None, "--R", help="groups (prompts) per round")
+K_OPT = typer.Option(8, "--K", help="samples per group")
+SEED = typer.Option(0, "--seed", help="seed of the response lengths and arrival order")
+MAXR = typer.Option(None, "--max-response", help="max response tokens (truncation)")
+TRACE = typer.Option(None, "--trace", help="CSV/JSONL trace: prompt_id, sample_id, response_tokens")
+KVCAP = typer.Option(None, "--kv-capacity", help="override the engine's KV capacity (tokens)")
+SEQS = typer.Option(None, "--max-num-seqs", help="override the engine's max running sequences")
+JITTER = typer.Option(None, "--jitter", help="arrival jitter in groups (0 = group-major)")
+
+
+@rollout_app.command("simulate")
+def simulate_cmd(instance: Optional[str] = INSTANCE, policy: str = typer.Option("fgd-soft", "--policy"),
+                 frontier: int = typer.Option(2, "--frontier", min=1, help="F_w, groups (fgd-*)"),
+                 workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
+                 max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
+                 kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
+                 jitter: Optional[float] = JITTER,
+                 out: Optional[Path] = typer.Option(None, "--out", help="write the full schedule JSON here"),
+                 gantt: Optional[Path] = typer.Option(None, "--gantt", help="write a Gantt chart PNG here"),
+                 as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON")):
+    """Simulate one round under one policy: metrics, checked schedule, optional Gantt chart."""
+    from pipeplan.formulations.rollout.checker import check
+    from pipeplan.io import write_json
+    from pipeplan.registry import get_solver
+    from pipeplan.rollout_plots import gantt as gantt_plot
+    from pipeplan.rollout_study import gantt_schedule
+
+    if get_solver("rollout", policy).exact:
+        raise InputError("--policy", "", f"{policy} is the offline solver; use `pipeplan rollout optimum`")
+    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
+    schedule = gantt_schedule(problem, policy, frontier)
+    violations = check(problem, schedule)
+    m = schedule.metrics()
+    if out:
+        write_json(out, {"instance": problem.name, "problem": problem.to_dict(), **schedule.to_dict(),
+                         "violations": violations})
+    if gantt:
+        gantt_plot(problem, schedule, gantt, f"{problem.name} / {policy}")
+    if as_json:
+        typer.echo(json.dumps({"instance": problem.name, "policy": policy, **m, "violations": len(violations)}))
+    else:
+        typer.echo(f"{policy} on {problem.name} (R={problem.R}, K={problem.K}, U={problem.U}): train end "
+                   f"{m['train_end_s']:.1f} s, waiting ratio {m['waiting_ratio']:.1%}, first dispatch "
+                   f"{m['first_dispatch_s']:.1f} s, rollout {m['rollout_makespan_s']:.1f} s, trainer "
+                   f"{m['trainer_compute_s']:.1f} s, {m['retractions']} retractions; checker: "
+                   + ("ok" if not violations else f"{len(violations)} violations, first: {violations[0]}"))
+    if violations:
+        raise typer.Exit(1)
+
+
+@rollout_app.command("compare")
+def compare_cmd(instance: Optional[str] = INSTANCE,
+                policies: str = typer.Option(ALL, "--policies", help="comma list, or all"),
+                offline: bool = typer.Option(False, "--offline", help="also run the CP-SAT offline optimum"),
+                time_limit: float = typer.Option(30.0, "--time-limit", help="seconds for CP-SAT"),
+                threads: int = typer.Option(1, "--threads"),
+                frontier: int = typer.Option(2, "--frontier", min=1),
+                workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
+                max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
+                kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
+                jitter: Optional[float] = JITTER,
+                out: Optional[Path] = typer.Option(None, "--out", help="folder for compare.md and compare.csv")):
+    """Every policy (and optionally the offline optimum) on one round: a table of metrics and ratios."""
+    from pipeplan.cli import _progress
+    from pipeplan.io import write_atomic
+    from pipeplan.rollout_study import competitive_rows, rows_markdown, solve_all, to_csv
+
+    names = _names(policies) + (["cpsat"] if offline else [])
+    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
+    with _progress(f"compare {problem.name}"):
+        results = solve_all(problem, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier)
+    rows = competitive_rows(results)
+    md = rows_markdown(rows, problem.name)
+    if out:
+        write_atomic(out / "compare.md", md)
+        write_atomic(out / "compare.csv", to_csv(rows, rows[0].keys()))
+    typer.echo(md, nl=False)
+
+
+@rollout_app.command("optimum")
+def optimum_cmd(instance: Optional[str] = INSTANCE,
+                time_limit: float = typer.Option(60.0, "--time-limit", help="seconds"),
+                threads: int = typer.Option(2, "--threads"),
+                linear: bool = typer.Option(False, "--linear", help="linearize the engine first (exact offline model)"),
+                workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
+                max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
+                kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
+                jitter: Optional[float] = JITTER,
+                out: Optional[Path] = typer.Option(None, "--out", help="write the CP-SAT SolveResult JSON here")):
+    """Offline optimum with known lengths (CP-SAT), and each policy's competitive ratio to it
+    (or to the lower bound, flagged, when the optimum is not proven)."""
+    from pipeplan.cli import _progress
+    from pipeplan.io import write_atomic
+    from pipeplan.rollout_study import competitive_rows, linearized, rows_markdown, solve_all
+
+    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
+    if linear:
+        problem = linearized(problem)
+    with _progress(f"optimum {problem.name}"):
+        results = solve_all(problem, ["cpsat"] + _names(ALL), time_limit=time_limit, threads=threads, seed=seed)
+    r = results["cpsat"]
+    if out and r.objectives:
+        write_atomic(out, r.to_json())
+    typer.echo(f"cpsat: {r.termination.value}/{r.quality.value} train end "
+               f"{r.objectives.get('train_end_s', float('nan')):.3f} s, bound {r.bound.get('train_end_s', float('nan')):.3f} s, "
+               f"gap {r.gap if r.gap is not None else float('nan'):.2%} ({r.wall_time_s:.1f} s)\n{r.message}\n")
+    typer.echo(rows_markdown(competitive_rows(results), problem.name), nl=False)
+    if r.termination.value == "error":
+        raise typer.Exit(1)
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(name, "", f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise InputError(name, "", f"expected positive numbers, got {text!r}")
+    return values
+
+
+@rollout_app.command("sweep")
+def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = typer.Option(32, "--R"),
+              seed: int = SEED, rhos: str = typer.Option("0.25,0.5,1,2,4", "--rhos", help="comma list"),
+              engines: str = typer.Option("real,linear", "--engines", help="real, linear, or both"),
+              time_limit: float = typer.Option(20.0, "--time-limit", help="seconds per CP-SAT run"),
+              threads: int = typer.Option(1, "--threads"), frontier: int = typer.Option(2, "--frontier", min=1),
+              out: Path = typer.Option(Path("results/rollout"), "--out")):
+    """rho sweep (total trainer time / rollout makespan): best policy and each policy's ratio to
+    the optimum per regime; writes sweep.csv, sweep.md and regime.png."""
+    from pipeplan.cli import _progress
+    from pipeplan.formulations.rollout.workloads import preset_round
+    from pipeplan.io import write_atomic
+    from pipeplan.rollout_plots import regime_plot
+    from pipeplan.rollout_study import SWEEP_COLUMNS, sweep, sweep_markdown, to_csv
+
+    values = _floats(rhos, "--rhos")
+    kinds = [e.strip() for e in engines.split(",") if e.strip()]
+    if not kinds or any(e not in ("real", "linear") for e in kinds):
+        raise InputError("--engines", "", f"expected real and/or linear, got {engines!r}")
+    preset_round(workload, R, seed=seed)          # bad presets and R < U fail before any work
+    command = "pipeplan rollout sweep " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "pipeplan rollout sweep"
+    with _progress("sweep") as progress:
+        rows = sweep(workload=workload, R=R, seed=seed, rhos=values, engines=kinds, time_limit=time_limit,
+                     threads=threads, frontier=frontier, progress=progress)
+    title = f"{workload}, R = {R}, seed {seed}"
+    md = sweep_markdown(rows, command.strip(), title)
+    write_atomic(out / "sweep.csv", to_csv(rows, SWEEP_COLUMNS))
+    write_atomic(out / "sweep.md", md)
+    regime_plot(rows, out / "regime.png", f"regime sweep: {title}")
+    typer.echo(md + f"\nwritten: {out}/sweep.csv, sweep.md, regime.png")
+
+
+@rollout_app.command("reproduce")
+def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds per setting"),
+                  as_json: bool = typer.Option(False, "--json", help="print one JSON record per setting"),
+                  max_response: Optional[int] = MAXR, jitter: Optional[float] = JITTER,
+                  frontier: int = typer.Option(2, "--frontier", min=1),
+                  sensitivity: bool = typer.Option(True, "--sensitivity/--no-sensitivity"),
+                  out: Path = typer.Option(Path("results/rollout"), "--out")):
+    """The 12 settings of the paper (4 workloads x R in {32, 64, 96}): reductions of CGP and
+    CGP+FGD vs the synchronous baseline next to the paper's bands; writes reproduction.md/.csv
+    and a Gantt chart of one round."""
+    from pipeplan.cli import _progress
+    from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
+    from pipeplan.io import write_atomic
+    from pipeplan.rollout_plots import gantt
+    from pipeplan.rollout_study import (REPRO_COLUMNS, gantt_schedule, reproduce, reproduction_markdown,
+                                        sensitivity as sensitivity_rows, to_csv)
+
+    jitter = ARRIVAL_JITTER_GROUPS if jitter is None else jitter
+    sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates
+    command = "pipeplan rollout reproduce " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "pipeplan rollout reproduce"
+    with _progress("reproduce") as progress:
+        records = reproduce(seeds=seeds, max_response=max_response, jitter=jitter, frontier=frontier, progress=progress)
+        sens = sensitivity_rows(seeds=seeds, frontier=frontier) if sensitivity else None
+    md = reproduction_markdown(records, command.strip(), sens)
+    write_atomic(out / "reproduction.md", md)
+    write_atomic(out / "reproduction.csv", to_csv(records, REPRO_COLUMNS))
+    for policy, label in (("sync", "sync"), ("fgd-soft", "cgp-fgd")):
+        gantt(sample, gantt_schedule(sample, policy, frontier), out / f"gantt_{label}.png", f"{sample.name} / {policy}")
+    if as_json:
+        for r in records:
+            typer.echo(json.dumps(r))
+    else:
+        typer.echo(md + f"\nwritten: {out}/reproduction.md, reproduction.csv, gantt_sync.png, gantt_cgp-fgd.png")

@@ -1,0 +1,100 @@
+"""Rollout plots (matplotlib Agg, atomic PNG writes): the Gantt chart of one round and the
+regime plot of a rho sweep."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from pipeplan.io import write_atomic
+from pipeplan.plots import _figure
+
+
+def _save(fig, plt, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())
+
+
+def engine_slots(segments) -> list[int]:
+    """A slot per stay in the batch (lowest free slot at admission), for drawing only."""
+    order = sorted(range(len(segments)), key=lambda j: (segments[j].admit_s, segments[j].end_s))
+    free_at: list[float] = []
+    slot = [0] * len(segments)
+    for j in order:
+        s = segments[j]
+        k = next((k for k, t in enumerate(free_at) if t <= s.admit_s + 1e-12), None)
+        if k is None:
+            k = len(free_at)
+            free_at.append(0.0)
+        free_at[k] = s.end_s
+        slot[j] = k
+    return slot
+
+
+def gantt(problem, schedule, path: Path, title: str) -> Path:
+    """Requests on engine slots (coloured by group; hatched stays ended in a retraction),
+    group completions, and the trainer's updates on their own row."""
+    plt = _figure()
+    segs = schedule.segments
+    slots = engine_slots(segs)
+    n_slots = max(slots) + 1 if slots else 1
+    fig, ax = plt.subplots(figsize=(11, 6.5), dpi=110)
+    cmap = plt.get_cmap("tab20")
+    for s, k in zip(segs, slots):
+        g = s.request // problem.K
+        ax.barh(k, s.end_s - s.admit_s, left=s.admit_s, height=0.9, color=cmap(g % 20), linewidth=0,
+                hatch=None if s.finished else "////")
+    trainer_row = n_slots + max(2, n_slots // 20)
+    for j, u in enumerate(schedule.updates):
+        ax.barh(trainer_row, u.end_s - u.start_s, left=u.start_s, height=max(2, n_slots // 15),
+                color=cmap(u.groups[0] % 20), edgecolor="black", linewidth=0.4)
+    ax.scatter(schedule.group_complete_s, [n_slots + 0.5] * problem.R, marker="|", color="black", s=40,
+               label="group complete")
+    m = schedule.metrics()
+    ax.axvline(m["rollout_makespan_s"], color="grey", ls=":", lw=1, label="rollout done")
+    ax.axvline(m["first_dispatch_s"], color="tab:green", ls="--", lw=1, label="first dispatch")
+    ax.set_yticks([n_slots / 2, trainer_row])
+    ax.set_yticklabels([f"engine\n({n_slots} slots)", "trainer"])
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{title}: train end {m['train_end_s']:.0f} s, waiting ratio {m['waiting_ratio']:.0%}", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+Y_CLIP = 1.6
+
+
+def regime_plot(rows: list[dict], path: Path, title: str) -> Path:
+    """Each policy's ratio to the reference (proven optimum, or the best schedule found) per
+    rho, one panel per engine."""
+    plt = _figure()
+    engines = list(dict.fromkeys(r["engine"] for r in rows))
+    fig, axes = plt.subplots(1, len(engines), figsize=(6.2 * len(engines), 4.4), dpi=110, squeeze=False)
+    markers = "osD^v<>P*X"
+    for ax, engine in zip(axes[0], engines):
+        mine = [r for r in rows if r["engine"] == engine]
+        solvers = list(dict.fromkeys(r["solver"] for r in mine))
+        rhos = sorted({r["rho"] for r in mine})
+        for k, solver in enumerate(solvers):
+            pts = sorted((r["rho"], r["ratio"]) for r in mine if r["solver"] == solver and r["ratio"])
+            if pts:
+                xs, ys = zip(*pts)
+                off = " (partly off scale)" if max(ys) > Y_CLIP else ""
+                ax.plot(xs, ys, marker=markers[k % len(markers)], ms=4, lw=1, label=solver + off)
+        ref = "proven optimum" if all(r["reference"] == "optimum" for r in mine) else "best found (or optimum)"
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(rhos)
+        ax.set_xticklabels([f"{x:g}" for x in rhos])
+        ax.set_ylim(0.98, Y_CLIP)
+        ax.set_xlabel("rho = total trainer time / rollout makespan")
+        ax.set_ylabel(f"train end / {ref}")
+        ax.set_title(f"{engine} engine", fontsize=10)
+        ax.axhline(1.0, color="black", lw=0.6)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, plt, path)

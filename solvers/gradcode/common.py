@@ -1,0 +1,40 @@
+"""Shared by the gradient-code solvers: re-score a code with the evaluator and the verifier and
+wrap it in a SolveResult (a solver never reports its own step times)."""
+from __future__ import annotations
+
+from pipeplan.formulations.gradcode.evaluator import evaluate
+from pipeplan.formulations.gradcode.gradient_code import GradientCode
+from pipeplan.formulations.gradcode.problem import GradCodeProblem
+from pipeplan.formulations.gradcode.verifier import verify
+from pipeplan.result import Quality, SolveResult, Termination
+
+
+def scored_result(problem: GradCodeProblem, solver: str, code: GradientCode, *,
+                  termination: Termination = Termination.COMPLETED, quality: Quality = Quality.FEASIBLE,
+                  objectives: dict[str, float] | None = None, bound: dict[str, float] | None = None,
+                  params: dict | None = None, message: str = "") -> SolveResult:
+    """``objectives`` adds figures the formulation computed for the solver (e.g. the in-sample
+    objective); the gap is taken on the one key that ``bound`` holds."""
+    ev = evaluate(problem, code)
+    v = verify(code)
+    notes = [message] if message else []
+    if ev.violations:
+        quality = Quality.NONE
+        notes.append("violates: " + "; ".join(ev.violations[:3]))
+    elif not v.decodable:
+        if code.decoder == "linear":
+            notes.append(f"approximate decoder: worst residual {v.worst_residual:.3g}")
+        else:
+            quality = Quality.NONE
+            notes.append(f"not decodable: straggler set {list(v.worst_set)} leaves residual {v.worst_residual:.3g}")
+    objs = {**ev.objectives(), **(objectives or {})}
+    gap = None
+    for key, value in (bound or {}).items():
+        if key in objs and objs[key] > 0:
+            gap = max(0.0, (objs[key] - value) / objs[key])
+    plan = code.to_dict()
+    plan["instance"] = problem.name
+    plan["verification"] = v.to_dict()
+    plan["max_staleness"] = ev.max_staleness
+    return SolveResult("gradcode", problem.name, solver, termination, quality, objectives=objs,
+                       bound=bound or {}, gap=gap, params=params or {}, plan=plan, message=" | ".join(notes))

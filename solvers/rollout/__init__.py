@@ -1,0 +1,2 @@
+"""Solvers of the rollout-admission problem: online admission policies (simulated) and the
+offline CP-SAT optimum with known response lengths."""

@@ -1,0 +1,29 @@
+"""Shared by the rollout solvers: check a simulated schedule and wrap it in a SolveResult whose
+figures are the simulator's (never a solver's own), with the gap to the lower bound."""
+from __future__ import annotations
+
+from pipeplan.formulations.rollout.bounds import train_end_lower_bound
+from pipeplan.formulations.rollout.checker import check
+from pipeplan.formulations.rollout.problem import RolloutProblem
+from pipeplan.formulations.rollout.schedule import Schedule
+from pipeplan.result import Quality, SolveResult, Termination
+
+
+class InvalidSchedule(RuntimeError):
+    """The checker found a violated rule in a schedule (a bug, never bad input)."""
+
+
+def scored_result(problem: RolloutProblem, solver: str, schedule: Schedule, *,
+                  termination: Termination = Termination.COMPLETED, quality: Quality = Quality.FEASIBLE,
+                  bound: float | None = None, params: dict | None = None, message: str = "") -> SolveResult:
+    """``bound`` defaults to the analytic lower bound of the train end; a larger valid bound
+    (a proven CP-SAT bound) may be passed."""
+    violations = check(problem, schedule)
+    if violations:
+        raise InvalidSchedule(f"{len(violations)} violations, first: {violations[0]}")
+    objectives = schedule.metrics()
+    lb = max(train_end_lower_bound(problem), bound or 0.0)
+    end = objectives["train_end_s"]
+    return SolveResult("rollout", problem.name, solver, termination, quality, objectives=objectives,
+                       bound={"train_end_s": lb}, gap=max(0.0, (end - lb) / end) if end > 0 else 0.0,
+                       params=params or {}, plan=schedule.plan(), message=message)

@@ -1,0 +1,158 @@
+"""Online admission policies of the rollout engine (each a registered solver, see
+``online.py``). Only the oracle policies (longest-/shortest-first, deadline) read the response
+lengths; the others see what a real engine sees.
+
+* ``sync``: the engine serves requests in its own FCFS order (arrival order, retracted
+  requests at the tail); the trainer waits for the whole round and trains in prompt order
+  (Slime).
+* ``cgp``: the same engine; complete groups go to the trainer FIFO at once (complete-group
+  pipelining).
+* ``fifo``: request-level FIFO in prompt order (group-major), with the CGP trainer.
+* ``fgd-hard`` / ``fgd-soft``: frontier-group dispatch with CGP. The frontier is the
+  ``frontier`` lowest-order unfinished groups; the hard gate admits only their requests, the
+  soft priority admits them first and backfills free capacity in the engine's own order.
+* ``longest-first`` / ``shortest-first``: by known response length, with CGP.
+* ``deadline``: see ``DeadlinePolicy``.
+"""
+from __future__ import annotations
+
+from pipeplan.formulations.rollout.simulator import FINISHED, WAITING, EngineState, Policy
+from pipeplan.formulations.rollout.trainer import StreamingTrainer
+
+
+class NativePolicy(Policy):
+    """Leave the order to the engine: its FCFS queue (arrival order, retracted requests at the
+    tail)."""
+
+    def decide(self, state: EngineState):
+        return state.native_queue()
+
+
+class SyncPolicy(NativePolicy):
+    name = "sync"
+    trainer = "sync"
+
+
+class CgpPolicy(NativePolicy):
+    name = "cgp"
+
+
+class OrderPolicy(Policy):
+    """Admit in a fixed priority order over requests (computed once per round by ``order``);
+    a retracted request keeps its place."""
+
+    def order(self, problem) -> list[int]:
+        raise NotImplementedError
+
+    def reset(self, problem):
+        super().reset(problem)
+        self._order = self.order(problem)
+        self._cursor = 0
+
+    def decide(self, state: EngineState):
+        order, status = self._order, state.status
+        while self._cursor < len(order) and status[order[self._cursor]] == FINISHED:
+            self._cursor += 1
+        for j in range(self._cursor, len(order)):
+            if status[order[j]] == WAITING:
+                yield order[j]
+
+
+class FifoPolicy(OrderPolicy):
+    name = "fifo"
+
+    def order(self, problem):
+        return list(range(problem.n_requests))
+
+
+class LongestFirstPolicy(OrderPolicy):
+    name = "longest-first"
+
+    def order(self, problem):
+        pos = {i: j for j, i in enumerate(problem.native_order)}
+        return sorted(range(problem.n_requests), key=lambda i: (-problem.lengths[i], pos[i]))
+
+
+class ShortestFirstPolicy(OrderPolicy):
+    name = "shortest-first"
+
+    def order(self, problem):
+        pos = {i: j for j, i in enumerate(problem.native_order)}
+        return sorted(range(problem.n_requests), key=lambda i: (problem.lengths[i], pos[i]))
+
+
+class FgdPolicy(NativePolicy):
+    """Frontier-group dispatch. ``frontier`` (F_w) is a number of groups."""
+
+    def __init__(self, frontier: int = 2, gate: str = "soft"):
+        if gate not in ("hard", "soft"):
+            raise ValueError(f"gate must be hard or soft, got {gate!r}")
+        if not isinstance(frontier, int) or frontier < 1:
+            raise ValueError(f"frontier must be a positive number of groups, got {frontier!r}")
+        self.frontier = frontier
+        self.gate = gate
+        self.name = f"fgd-{gate}"
+
+    def reset(self, problem):
+        super().reset(problem)
+        self._low = 0
+
+    def frontier_groups(self, state: EngineState) -> list[int]:
+        left = state.group_left
+        while self._low < len(left) and left[self._low] == 0:
+            self._low += 1
+        out, g = [], self._low
+        while g < len(left) and len(out) < self.frontier:
+            if left[g]:
+                out.append(g)
+            g += 1
+        return out
+
+    def decide(self, state: EngineState):
+        for g in self.frontier_groups(state):
+            for i in self.problem.group_requests(g):
+                if state.status[i] == WAITING:
+                    yield i
+        if self.gate == "soft":
+            yield from super().decide(state)
+
+
+class DeadlinePolicy(Policy):
+    """Deadline-driven admission with known lengths (an oracle policy).
+
+    At each decision the unfinished groups are ranked by when they could complete at the
+    earliest (their longest remaining sample at the current step time); the k-th of them gets
+    the deadline at which the trainer will want it (the trainer's projected free time plus one
+    estimated update per U groups ahead of it). Waiting requests are admitted by least laxity
+    (deadline - now - own remaining time). When the trainer is fast, every deadline is "now"
+    and this is longest-first; when it is slow, the groups that can finish soonest go first.
+    """
+
+    name = "deadline"
+
+    def reset(self, problem):
+        super().reset(problem)
+        self.trainer_view = StreamingTrainer(problem)
+        mean_group = sum(problem.group_tokens) / problem.R
+        self.update_estimate = problem.trainer.update_time(round(problem.U * mean_group))
+
+    def on_group_complete(self, g, t):
+        self.trainer_view.push(g, t)
+
+    def decide(self, state: EngineState):
+        p, eng = self.problem, self.problem.engine
+        tau = eng.step_time(max(1, state.running), state.active_kv())
+        left = {}
+        for g in range(p.R):
+            if state.group_left[g]:
+                left[g] = max(state.remaining_tokens(i) * tau
+                              + (eng.prefill_time(p.prompts[i]) if state.status[i] == WAITING else 0.0)
+                              for i in p.group_requests(g) if state.status[i] != FINISHED)
+        base = max(state.t, self.trainer_view.free_at)
+        ahead = self.trainer_view.queued
+        deadline = {}
+        for k, g in enumerate(sorted(left, key=lambda g: (left[g], g))):
+            deadline[g] = base + ((ahead + k) // p.U) * self.update_estimate
+        waiting = [i for g in left for i in p.group_requests(g) if state.status[i] == WAITING]
+        waiting.sort(key=lambda i: (deadline[i // p.K] - state.t - state.remaining_tokens(i) * tau, i))
+        return waiting

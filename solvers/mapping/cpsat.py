@@ -69,6 +69,11 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
                                            tie_break=tie_break)
     params = {"objective": objective, "bounds": bounds or {}, "shared_pus": shared_pus,
               "max_stages": model.S, "tie_break": tie_break}
+    if outcome.plan is None and outcome.status != "infeasible" and start_plan is not None and not bounds:
+        # nothing better within the limit: the warm start is the best plan this run holds
+        return scored_result(problem, "cpsat", start_plan, objective=objective, termination=Termination.TIME_LIMIT,
+                             quality=Quality.FEASIBLE, params=params,
+                             message="no CP-SAT solution within the time limit; returning the warm start")
     if outcome.plan is None:
         termination = Termination.INFEASIBLE if outcome.status == "infeasible" else Termination.TIME_LIMIT
         why = ("no plan meets the constraints" + (f" {bounds}" if bounds else "")

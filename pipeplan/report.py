@@ -45,10 +45,22 @@ def summary_csv(records: list[dict]) -> str:
     return buf.getvalue()
 
 
-def mapping_section(records: list[dict], out: Path) -> list[str]:
-    by_inst: dict[str, list[dict]] = defaultdict(list)
+def _by_instance(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
     for r in records:
-        by_inst[r["instance"]].append(r)
+        out[r["instance"]].append(r)
+    return out
+
+
+def _reference(rs: list[dict], key: str) -> tuple[float | None, str]:
+    """The proven optimum of ``key`` among the runs ("opt"), else the best lower bound ("lb")."""
+    proven = [r["objectives"][key] for r in rs if r.get("quality") == "proven_optimal" and r["objectives"].get(key)]
+    bounds = [r["bound"][key] for r in rs if (r.get("bound") or {}).get(key)]
+    return (min(proven), "opt") if proven else ((max(bounds), "lb") if bounds else (None, "-"))
+
+
+def mapping_section(records: list[dict], out: Path) -> list[str]:
+    by_inst = _by_instance(records)
     solvers = list(dict.fromkeys(r["solver"] for r in records))
     lines = ["## Operator mapping: heuristic vs exact", "",
              "Period (ms) per solver and its ratio to the proven optimum (`opt`), or to the best lower "
@@ -58,10 +70,7 @@ def mapping_section(records: list[dict], out: Path) -> list[str]:
             "|---|" + "---|" * len(solvers)]
     plots = []
     for inst, rs in by_inst.items():
-        proven = [r["objectives"]["period_ms"] for r in rs
-                  if r.get("quality") == "proven_optimal" and r["objectives"].get("period_ms")]
-        bounds = [r["bound"]["period_ms"] for r in rs if (r.get("bound") or {}).get("period_ms")]
-        ref, tag = (min(proven), "opt") if proven else ((max(bounds), "lb") if bounds else (None, "-"))
+        ref, tag = _reference(rs, "period_ms")
         cells, gcells = [], []
         for s in solvers:
             r = next((x for x in rs if x["solver"] == s), None)
@@ -92,19 +101,14 @@ def rollout_section(records: list[dict], out: Path) -> list[str]:
     """Per round: each policy's trainer finish and its ratio to the offline optimum (or to the
     lower bound, flagged), waiting ratio and first dispatch; then the reproduction table
     (reductions vs the synchronous baseline, with the paper's bands)."""
-    by_inst: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_inst[r["instance"]].append(r)
+    by_inst = _by_instance(records)
     policies = list(dict.fromkeys(r["solver"] for r in records))
     lines = ["## Rollout admission: policies vs the offline optimum", "",
              "Trainer finish (s) per policy and its ratio to the CP-SAT optimum (`opt`) or to the best lower "
              "bound (`lb`, flagged) when none was proven; waiting ratio in parentheses.", "",
              "| round | reference | " + " | ".join(policies) + " |", "|---|---|" + "---|" * len(policies)]
     for inst, rs in by_inst.items():
-        proven = [r["objectives"]["train_end_s"] for r in rs
-                  if r.get("quality") == "proven_optimal" and r["objectives"].get("train_end_s")]
-        bounds = [r["bound"]["train_end_s"] for r in rs if (r.get("bound") or {}).get("train_end_s")]
-        ref, tag = (min(proven), "opt") if proven else ((max(bounds), "lb") if bounds else (None, "-"))
+        ref, tag = _reference(rs, "train_end_s")
         cells = []
         for p in policies:
             r = next((x for x in rs if x["solver"] == p), None)
@@ -144,9 +148,7 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
     solvers, the ratio of each to the best expected step time, and a bar chart."""
     from pipeplan.plots import bar_chart
 
-    by_inst: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_inst[r["instance"]].append(r)
+    by_inst = _by_instance(records)
     solvers = list(dict.fromkeys(r["solver"] for r in records))
     lines = ["## Gradient coding: constructions vs the assignment solvers", "",
              "Expected step time (s) per scheme, its ratio to the best expected step time of the instance, and "

@@ -2,30 +2,18 @@
 import copy
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipeplan.instances.catalog import load_mapping
+from tests.cli_helpers import assert_input_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "pipeplan.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd or ROOT, timeout=300)
-
-
-def assert_input_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
+    return run_cli(*args, cwd=cwd)
 
 
 def test_evaluate_measured_googlenet_pipeline():

@@ -1,26 +1,16 @@
 """``pipeplan gradcode`` run as a user runs it: outputs, and one-line errors with exit 2 and no
 output file on bad input."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.cli_helpers import assert_input_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeplan.cli", "gradcode", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
-
-
-def assert_input_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
+def cli(*args, cwd=None):
+    return run_cli("gradcode", *args, cwd=cwd)
 
 
 def test_place_writes_support_b_and_schedule_and_verify_reads_it(tmp_path):

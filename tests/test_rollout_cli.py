@@ -1,25 +1,15 @@
 """``pipeplan rollout`` as a user runs it: outputs, files, and one-line errors on bad input."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.cli_helpers import assert_input_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "pipeplan.cli", "rollout", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd or ROOT, timeout=300)
-
-
-def assert_input_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
+    return run_cli("rollout", *args, cwd=cwd)
 
 
 def test_simulate_prints_checked_metrics_and_writes_schedule_and_gantt(tmp_path):

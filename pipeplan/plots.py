@@ -66,3 +66,24 @@ def bar_chart(path: Path, title: str, groups: dict[str, dict[str, float]], *, yl
     fig.savefig(buf, format="png")
     plt.close(fig)
     return write_atomic(path, buf.getvalue())
+
+
+def line_plot(path: Path, title: str, series: dict[str, tuple[list[float], list[float]]], *, xlabel: str,
+              ylabel: str, logy: bool = False) -> Path:
+    """One line per series: ``{name: (xs, ys)}``."""
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    for i, (name, (xs, ys)) in enumerate(series.items()):
+        ax.plot(xs, ys, label=name, color=f"C{i}", lw=1.4)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())

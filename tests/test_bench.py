@@ -106,3 +106,18 @@ def test_ray_engine_streams_the_same_records(tmp_path):
     records = read_records(out / "runs.jsonl")
     assert {r["solver"]: r["termination"] for r in records} == {"single": "completed", "pipeline-dp": "completed"}
     assert json.loads((out / "suite.json").read_text())["engine"] == "ray"
+
+
+def test_report_sections_for_gradcode_and_rollout(tmp_path):
+    body = ('[[gradcode]]\ninstances = ["gradcode/homog-n12-s1"]\nsolvers = ["fr", "cr", "pgc-fr", "cpsat"]\n'
+            'time_limit = 10\n'
+            '[[rollout]]\ninstances = ["rollout/tiny-1"]\nsolvers = ["sync", "cgp", "fgd-soft", "cpsat"]\n'
+            'time_limit = 10\n')
+    out = tmp_path / "out"
+    run_suite(suite_file(tmp_path, body), out, jobs=2)
+    md = write_report(out)
+    assert "## Gradient coding" in md and "## Rollout admission" in md
+    assert (out / "gradcode_step_time.png").exists() and (out / "gradcode_loss_homog-n12-s1.png").exists()
+    # the offline optimum of the tiny round is proven and is the reference of the table
+    assert "| rollout/tiny-1 | 18.12 opt |" in md
+    assert "### Reproduction" in md

@@ -100,6 +100,7 @@ def test_warm_start_keeps_the_optimum():
 
 
 def test_measured_squeezenet_between_bound_and_pipeline_dp():
+    """A cold start (the default), so the MILP finds the optimum on its own."""
     problem = load_mapping("khadas-vim3/SqueezeV1")
     r = pipeplan.solve(problem, "milp", time_limit=LIMIT)
     dp = pipeplan.solve(problem, "pipeline-dp")

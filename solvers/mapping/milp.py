@@ -319,7 +319,10 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
                bounds: dict | None = None, max_stages: int | None = None, backend: str = "highs",
                shared_pus: bool = False, **_) -> SolveResult:
     """Minimise ``objective`` under the epsilon ``bounds`` ({"latency_ms": ..., ...}), then its
-    tie-break with the primary held at its optimum. ``warm_start``: a Plan to start from.
+    tie-break with the primary held at its optimum. ``warm_start``: a Plan to start from (the
+    default is a cold start, so the MILP stays an independent check of cpsat). When the time
+    limit passes before the MILP holds a solution, the warm start, or else the best heuristic
+    plan, is returned as the run's best plan (status time_limit).
     ``time_limit`` (s) covers building the model and both solves."""
     began = time.perf_counter()
 
@@ -338,6 +341,7 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
             raise ValueError(f"unknown bound {key!r} (use {', '.join(AXES.values())})")
         model.add_upper_bound(axis_of[key], value)
     notes = []
+    warm_start = warm_start or None
     if warm_start is not None and not model.set_start(warm_start):
         notes.append("warm start ignored (shared PUs or more stages than the model has)")
     params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": model.S}
@@ -350,6 +354,13 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
         else:
             termination = Termination.TIME_LIMIT if time_limit is not None else Termination.ERROR
             notes.append(f"no plan found ({pulp.LpStatus[model.prob.status]})")
+            if not bounds and time_limit is not None:
+                from pipeplan.solvers.mapping.cpsat import best_heuristic_plan
+                fallback = warm_start or best_heuristic_plan(problem, objective)
+                notes.append("returning the warm start" if warm_start else "returning the best heuristic plan")
+                return scored_result(problem, "milp", fallback, objective=objective,
+                                     termination=Termination.TIME_LIMIT, quality=Quality.FEASIBLE,
+                                     params=params, message="; ".join(notes))
         return SolveResult("mapping", problem.name, "milp", termination, Quality.NONE, params=params,
                            message="; ".join(notes))
     plan = model.plan()

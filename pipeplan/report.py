@@ -210,6 +210,21 @@ def _time_to_loss_plots(instances: list[str], out: Path) -> list[str]:
 SECTIONS = {"mapping": mapping_section, "gradcode": gradcode_section, "rollout": rollout_section}
 
 
+def _completeness(suite: dict, recorded: int) -> str:
+    """' (partial: ...)' when the suite plans more runs than are recorded."""
+    from pipeplan.bench import load_suite, plan_runs
+
+    try:
+        _, spec = load_suite(suite.get("source", ""))
+        planned = len(plan_runs(spec))
+    except (InputError, KeyError, OSError):
+        return ""
+    if recorded >= planned:
+        return f" All {planned} planned runs are recorded."
+    return (f" PARTIAL: {recorded} of the suite's {planned} runs are recorded; rerunning the same "
+            f"command resumes with the {planned - recorded} missing runs.")
+
+
 def write_report(results_dir: Path) -> str:
     records_path = results_dir / RECORDS
     if not records_path.exists():
@@ -226,7 +241,8 @@ def write_report(results_dir: Path) -> str:
              f"Command: `pipeplan bench --suite {suite.get('suite', '?')}` (engine {suite.get('engine', '?')}, "
              f"jobs {suite.get('jobs', '?')}); machine: {m.get('machine', '?')}, {m.get('cores', '?')} cores, "
              f"Python {m.get('python', '?')}; started {suite.get('started', '?')}.", "",
-             f"{len(records)} runs: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".", ""]
+             f"{len(records)} runs: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + "."
+             + _completeness(suite, len(records)), ""]
     by_system: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_system[r["system"]].append(r)

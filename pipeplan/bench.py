@@ -34,6 +34,7 @@ SUITES_DIR = INSTANCES_DIR / "suites"
 RECORDS = "runs.jsonl"
 SYSTEMS = ("mapping", "gradcode", "rollout")
 GRACE_S = 10.0  # start-up allowance on top of a run's time limit before it is killed
+RAY_START_S = 30.0  # Ray starts worker processes lazily: extra allowance for a task's first start
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,8 @@ def run_local(runs: list[Run], jobs: int, on_record: Callable[[dict], None], gra
 
 def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace_s: float = GRACE_S) -> None:
     """The same runs as Ray tasks (local Ray, or the cluster at RAY_ADDRESS); records stream back
-    as tasks finish; a task past its limit + grace is cancelled and recorded as time_limit."""
+    as tasks finish; a task past its limit + grace (+ Ray's worker start-up allowance, since the
+    clock runs from submission) is cancelled and recorded as time_limit."""
     try:
         import ray
     except ImportError:
@@ -231,7 +233,7 @@ def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace
                     rec["message"] = f"ray task failed: {type(exc).__name__}: {exc}"
                     on_record(rec)
             for ref, (run, started) in list(inflight.items()):
-                if time.perf_counter() - started > run.time_limit * 1.1 + grace_s:
+                if time.perf_counter() - started > run.time_limit * 1.1 + grace_s + RAY_START_S:
                     ray.cancel(ref, force=True)
                     inflight.pop(ref)
                     on_record(_stopped(run, "time_limit", time.perf_counter() - started))

@@ -99,7 +99,7 @@ def test_bad_suite_files(tmp_path, body, field):
 
 def test_ray_engine_streams_the_same_records(tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'pipeplan[ray]')")
-    body = '[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["single", "pipeline-dp"]\ntime_limit = 5\n'
+    body = '[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["single", "pipeline-dp"]\ntime_limit = 10\n'
     out = tmp_path / "out"
     counts = run_suite(suite_file(tmp_path, body), out, engine="ray", jobs=2)
     assert counts["ran"] == 2 and not ray.is_initialized()

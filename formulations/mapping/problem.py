@@ -120,7 +120,10 @@ def restrict_pus(problem: MappingProblem, pus: tuple[str, ...]) -> MappingProble
     for i, u in enumerate(problem.units):
         if not any(prof.can_run(i, p) for p in pus):
             raise InputError("--pus", "", f"infeasible: unit {u.name} cannot run on any of {', '.join(pus)}")
-    keep = lambda table: {p: v for p, v in table.items() if p in pus}  # noqa: E731
+
+    def keep(table: dict) -> dict:
+        return {p: v for p, v in table.items() if p in pus}
+
     sub = replace(prof, pus=keep(prof.pus), time_ms=keep(prof.time_ms), power_mw=keep(prof.power_mw),
                   input_stage=keep(prof.input_stage), output_stage=keep(prof.output_stage),
                   host_pu=prof.host_pu if prof.host_pu in pus else None)

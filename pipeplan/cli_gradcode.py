@@ -177,6 +177,26 @@ def verify_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEM
         raise SystemExit(1)   # a check that fails (cli.main would swallow typer.Exit's status)
 
 
+def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler, prob, partition_time, *,
+                      seed: int, tries: int, decoder):
+    """The problem and the code of simulate/train: exactly one of --scheme and --code; a code
+    file fixes n and s unless an instance or --n/--s say otherwise (then they must agree)."""
+    if (scheme is None) == (code_file is None):
+        raise InputError(command, "", "give exactly one of --scheme, --code")
+    _check_options(prob, partition_time)
+    if code_file is not None:
+        code = _load_code(code_file)
+        n = code.n if n is None and instance is None else n
+        s = code.s if s is None and instance is None else s
+    problem = _problem(instance, n, s, straggler=straggler, prob=prob, partition_time=partition_time)
+    if code_file is None:
+        code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
+                             objective="expected", time_limit=30.0)
+    elif code.n != problem.n:
+        raise InputError(str(code_file), "n", f"code has n = {code.n}, the problem n = {problem.n}")
+    return problem, code
+
+
 @app.command("simulate")
 def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME_HELP),
                  code_file: Optional[Path] = typer.Option(None, "--code", help="a code JSON (place --out)"),
@@ -191,22 +211,11 @@ def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCH
     """Virtual-time step times (no training) under a straggler model: mean, tail, histogram."""
     import numpy as np
     from pipeplan.formulations.gradcode.simulator import simulate_step_times
-    if (scheme is None) == (code_file is None):
-        raise InputError("simulate", "", "give exactly one of --scheme, --code")
     if steps < 1:
         raise InputError("--steps", "", f"must be >= 1, got {steps}")
-    _check_options(prob, partition_time)
     straggler = _straggler_changes(delay, mean, shift, scale, alpha, stay, trace)
-    if code_file is not None:
-        code = _load_code(code_file)
-        n = code.n if n is None and instance is None else n
-        s = code.s if s is None and instance is None else s
-    problem = _problem(instance, n, s, straggler=straggler, prob=prob, partition_time=partition_time)
-    if code_file is None:
-        code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
-                             objective="expected", time_limit=30.0)
-    elif code.n != problem.n:
-        raise InputError(str(code_file), "n", f"code has n = {code.n}, the problem n = {problem.n}")
+    problem, code = _problem_and_code("simulate", scheme, code_file, instance, n, s, straggler, prob,
+                                      partition_time, seed=seed, tries=tries, decoder=decoder)
     began = time.perf_counter()
     times = simulate_step_times(problem, code, steps, seed=seed)
     elapsed = time.perf_counter() - began
@@ -253,21 +262,10 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
     if steps < 1 or (lr is not None and not lr > 0) or not time_scale >= 0:
         raise InputError("--steps" if steps < 1 else "--lr" if lr is not None and not lr > 0 else "--time-scale",
                          "", "must be positive")
-    if (scheme is None) == (code_file is None):
-        raise InputError("train", "", "give exactly one of --scheme, --code")
-    _check_options(prob, partition_time)
     straggler = _straggler_changes(delay, mean, shift, scale, alpha, stay, trace)
-    if code_file is not None:
-        code = _load_code(code_file)
-        n = code.n if n is None and instance is None else n
-        s = code.s if s is None and instance is None else s
-    problem = _problem(instance, n, s, straggler=straggler, prob=prob, partition_time=partition_time)
-    if code_file is None:
-        code, _ = _make_code(scheme, problem, seed=seed, tries=tries,
-                             decoder=decoder or ("linear" if scheme == "pgc-cr" else None),
-                             backend="cpsat", objective="expected", time_limit=30.0)
-    elif code.n != problem.n:
-        raise InputError(str(code_file), "n", f"code has n = {code.n}, the problem n = {problem.n}")
+    problem, code = _problem_and_code("train", scheme, code_file, instance, n, s, straggler, prob, partition_time,
+                                      seed=seed, tries=tries,
+                                      decoder=decoder or ("linear" if scheme == "pgc-cr" else None))
     if backend == "ray":
         try:
             import ray  # noqa: F401

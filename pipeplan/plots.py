@@ -16,6 +16,14 @@ def _figure():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())
+
+
 def pareto_plot(path: Path, title: str, x: str, y: str, *, exact: list[dict] | None = None,
                 approx: dict[str, list[dict]] | None = None, points: dict[str, dict] | None = None) -> Path:
     """``exact``/``approx`` are fronts (lists of objective dicts), ``points`` single solver results."""
@@ -39,11 +47,7 @@ def pareto_plot(path: Path, title: str, x: str, y: str, *, exact: list[dict] | N
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+    return _save(plt, fig, path)
 
 
 def bar_chart(path: Path, title: str, groups: dict[str, dict[str, float]], *, ylabel: str) -> Path:
@@ -61,11 +65,7 @@ def bar_chart(path: Path, title: str, groups: dict[str, dict[str, float]], *, yl
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+    return _save(plt, fig, path)
 
 
 def line_plot(path: Path, title: str, series: dict[str, tuple[list[float], list[float]]], *, xlabel: str,
@@ -82,8 +82,4 @@ def line_plot(path: Path, title: str, series: dict[str, tuple[list[float], list[
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+    return _save(plt, fig, path)

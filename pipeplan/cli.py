@@ -256,9 +256,10 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
               jobs: int = typer.Option(1, "--jobs", min=1, help="runs at once (each uses one thread)"),
               time_limit: Optional[float] = typer.Option(None, "--time-limit",
                                                          help="seconds per run (default: the suite's)"),
-              out: Optional[Path] = typer.Option(None, "--out", help="results folder (default results/<suite>)")):
+              out: Optional[Path] = typer.Option(None, "--out", help="results folder (default results/<suite>)"),
+              fresh: bool = typer.Option(False, "--fresh", help="forget the runs already recorded in the folder")):
     """Run a suite (instances x solvers x seeds of every system), then write its report.
-    Finished runs are appended to runs.jsonl; a rerun skips them."""
+    Finished runs are appended to runs.jsonl; a rerun skips them (unless --fresh)."""
     from pipeplan.bench import load_suite, run_suite
     from pipeplan.report import write_report
 
@@ -268,6 +269,8 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
         raise InputError("--time-limit", "", "must be positive")
     load_suite(suite)  # validate before creating any folder
     folder = out or Path("results") / Path(suite).stem
+    if fresh:
+        (folder / "runs.jsonl").unlink(missing_ok=True)
     with _progress(f"bench {suite}") as progress:
         counts = run_suite(suite, folder, time_limit=time_limit, jobs=jobs, engine=engine, progress=progress)
     write_report(folder)

@@ -121,3 +121,17 @@ def test_report_sections_for_gradcode_and_rollout(tmp_path):
     # the offline optimum of the tiny round is proven and is the reference of the table
     assert "| rollout/tiny-1 | 18.12 opt |" in md
     assert "### Reproduction" in md
+
+
+def test_cli_bench_resumes_unless_fresh(tmp_path):
+    from tests.cli_helpers import run_cli
+    suite = suite_file(tmp_path, '[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["single"]\n')
+    out = tmp_path / "out"
+    first = run_cli("bench", "--suite", suite, "--out", out)
+    again = run_cli("bench", "--suite", suite, "--out", out)
+    fresh = run_cli("bench", "--suite", suite, "--out", out, "--fresh")
+    assert first.returncode == again.returncode == fresh.returncode == 0, fresh.stderr
+    assert "(0 already recorded, 1 run now)" in first.stdout
+    assert "(1 already recorded, 0 run now)" in again.stdout
+    assert "(0 already recorded, 1 run now)" in fresh.stdout
+    assert len(read_records(out / "runs.jsonl")) == 1

@@ -87,9 +87,7 @@ def train_ray(problem: GradCodeProblem, code: GradientCode, *, model: str = "sof
                 if reply is not None:
                     replies[i] = reply
             w = master.step(w, arrived, replies)
-            run.survivors.append(arrived)
-            run.time_s.append(run.time_s[-1] + float(T[arrived].max()))
-            run.loss.append(mean_loss(net, w, data.X, data.y))
+            run.record_step(arrived, T, mean_loss(net, w, data.X, data.y))
             if progress:
                 progress(t + 1, steps)
         run.wall_s = time.perf_counter() - began

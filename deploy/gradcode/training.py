@@ -39,6 +39,12 @@ class TrainingRun:
     wall_s: float = 0.0
     dropped_replies: int = 0                               # late replies the master discarded (Ray)
 
+    def record_step(self, survivors: list[int], reply_times: np.ndarray, loss: float) -> None:
+        """One finished step: who was used, when the step ended (its slowest used reply), the loss."""
+        self.survivors.append(survivors)
+        self.time_s.append(self.time_s[-1] + float(reply_times[survivors].max()))
+        self.loss.append(loss)
+
     def time_to_loss(self, target: float) -> float | None:
         """Virtual time when the training loss first reaches ``target`` (None: never)."""
         hit = np.flatnonzero(np.asarray(self.loss) <= target)
@@ -108,9 +114,7 @@ def train_simulated(problem: GradCodeProblem, code: GradientCode, *, model: str 
 
         replies = {i: r for i, wk in enumerate(workers) if (r := wk.reply(t, grad_of)) is not None}
         w = master.step(w, survivors, replies)
-        run.survivors.append(survivors)
-        run.time_s.append(run.time_s[-1] + float(T[survivors].max()))
-        run.loss.append(mean_loss(net, w, data.X, data.y))
+        run.record_step(survivors, T, mean_loss(net, w, data.X, data.y))
         if progress:
             progress(t + 1, steps)
     run.wall_s = time.perf_counter() - began

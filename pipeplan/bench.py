@@ -76,6 +76,9 @@ def load_suite(name: str) -> tuple[Path, dict]:
         suite = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise InputError(str(path), "", f"invalid TOML ({exc})") from None
+    unknown = [k for k in suite if k not in SYSTEMS and k != "description"]
+    if unknown:
+        raise InputError(str(path), unknown[0], f"unknown section (expected description, {', '.join(SYSTEMS)})")
     groups = [k for k in suite if k in SYSTEMS]
     if not groups:
         raise InputError(str(path), "", f"no [[{']], [['.join(SYSTEMS)}]] groups")
@@ -88,6 +91,9 @@ def load_suite(name: str) -> tuple[Path, dict]:
             limit = g.get("time_limit", 30.0)
             if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
                 raise InputError(str(path), f"{where}.time_limit", f"expected a positive number, got {limit!r}")
+            solver_patterns = g.get("solvers", ["*"])
+            if not isinstance(solver_patterns, list) or not all(isinstance(x, str) for x in solver_patterns):
+                raise InputError(str(path), f"{where}.solvers", "expected a list of solver patterns")
             seeds = g.get("seeds", [0])
             if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
                 raise InputError(str(path), f"{where}.seeds", "expected a list of integers")
@@ -117,6 +123,9 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
             if not instances:
                 raise InputError(source, f"{system}[{i}].instances", f"no instance matches {g['instances']}")
             chosen = _select(g.get("solvers", ["*"]), available)
+            if not chosen:
+                raise InputError(source, f"{system}[{i}].solvers",
+                                 f"no available solver matches {g.get('solvers')} (see `pipeplan solvers`)")
             for inst in instances:
                 for solver in chosen:
                     for seed in g.get("seeds", [0]):

@@ -260,14 +260,15 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
               fresh: bool = typer.Option(False, "--fresh", help="forget the runs already recorded in the folder")):
     """Run a suite (instances x solvers x seeds of every system), then write its report.
     Finished runs are appended to runs.jsonl; a rerun skips them (unless --fresh)."""
-    from pipeplan.bench import load_suite, run_suite
+    from pipeplan.bench import load_suite, plan_runs, run_suite
     from pipeplan.report import write_report
 
     if engine not in ("local", "ray"):
         raise InputError("--engine", "", f"unknown engine {engine!r} (local, ray)")
     if time_limit is not None and not time_limit > 0:
         raise InputError("--time-limit", "", "must be positive")
-    load_suite(suite)  # validate before creating any folder
+    suite_file, spec = load_suite(suite)
+    plan_runs(spec, time_limit, str(suite_file))  # validate every group before creating any folder
     folder = out or Path("results") / Path(suite).stem
     if fresh:
         (folder / "runs.jsonl").unlink(missing_ok=True)

@@ -78,7 +78,8 @@ def instance_file(tmp_path, mutate, name="bad.json"):
     (lambda d: d["profile"]["time_ms"]["B"]["7"].__setitem__(2, -1.0), ["time_ms.B.7[2]", "negative"]),
     (lambda d: d["profile"]["time_ms"]["L"]["5"].__setitem__(0, math.nan), ["time_ms.L.5[0]", "finite"]),
     (lambda d: d["graph"]["edges"].append({"src": "b3", "dst": "b1", "bytes": None}), ["graph.edges", "cycle"]),
-    (lambda d: d["graph"]["units"].pop(), ["profile.units"]),
+    (lambda d: d["graph"]["units"].pop(), ["graph.edges[", "unknown unit"]),
+    (lambda d: d["profile"]["units"].reverse(), ["profile.units", "another order"]),
     (lambda d: d.__setitem__("schema", "nope/9"), ["schema"]),
 ])
 def test_bad_instance_files(tmp_path, mutate, needles):

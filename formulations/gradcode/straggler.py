@@ -106,6 +106,8 @@ def _numeric(cell: str) -> bool:
 
 
 def model_from_dict(d: dict, source: str = "straggler") -> StragglerModel:
+    """The ``straggler`` object of a problem file; a relative ``trace_file`` is read from the
+    folder of ``source`` when that is a file. Errors name ``source`` and ``straggler.<field>``."""
     if not isinstance(d, dict):
         raise InputError(source, "straggler", "expected an object")
     known = {"kind", "mean_s", "shift_s", "scale_s", "alpha", "stay", "trace_file"}
@@ -114,5 +116,13 @@ def model_from_dict(d: dict, source: str = "straggler") -> StragglerModel:
         raise InputError(source, f"straggler.{extra[0]}", "unknown field")
     kw = dict(d)
     if kw.get("kind") == "trace":
-        kw["trace"] = load_trace(kw.get("trace_file", ""))
-    return StragglerModel(**kw)
+        trace_file = Path(str(kw.get("trace_file", "")))
+        if not trace_file.is_absolute() and Path(source).is_file():
+            trace_file = Path(source).parent / trace_file
+        if not trace_file.is_file():
+            raise InputError(source, "straggler.trace_file", f"no delay trace file {str(trace_file)!r}")
+        kw["trace_file"], kw["trace"] = str(trace_file), load_trace(trace_file)
+    try:
+        return StragglerModel(**kw)
+    except InputError as exc:
+        raise InputError(source, f"straggler.{exc.field}", exc.message) from None

@@ -31,7 +31,7 @@ def violations(problem: MappingProblem, plan: Plan) -> list[str]:
                 if u not in problem.index:
                     out.append(f"stage {s}: unknown unit {u!r}")
                 elif u in seen:
-                    out.append(f"unit {u} placed twice (stage {seen[u][0]} and stage {s})")
+                    out.append(f"unit {u} placed twice (stage {seen[u][0]} PU {seen[u][1]} and stage {s} PU {pu})")
                 else:
                     seen[u] = (s, pu)
     for u in problem.index:

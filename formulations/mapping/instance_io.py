@@ -45,6 +45,8 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None) -> Mappin
     prof = doc.get("profile")
     if isinstance(prof, str):
         path = (base or Path(".")) / prof
+        if not path.is_file():
+            raise InputError(source, "profile", f"no profile file {str(path)!r}")
         profile = load_profile(path)
     else:
         profile = profile_from_dict(prof, f"{source}:profile")

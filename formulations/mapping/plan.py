@@ -96,6 +96,8 @@ def plan_from_dict(d: Any, source: str = "<plan>") -> Plan:
         for pu, units in order.items():
             if not isinstance(units, list) or not all(isinstance(u, str) for u in units):
                 raise fail(f"stages[{i}].order.{pu}", "expected a list of unit names")
+            if pu not in pus:
+                raise fail(f"stages[{i}].order.{pu}", f"PU not in the stage's pus {pus}")
         stages.append(Stage(tuple(pus), {p: tuple(v) for p, v in order.items()}))
     levels = d.get("levels", {}) or {}
     if not isinstance(levels, dict) or not all(isinstance(v, str) for v in levels.values()):

@@ -5,6 +5,7 @@ Plain frozen data; no solver code. Units are ONNX operators or blocks of them; t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -31,6 +32,12 @@ class Edge:
     bytes: float | None = None
 
 
+def _check_size(where: str, field_name: str, value: Any) -> None:
+    """A flop count or byte size: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InputError(where, field_name, f"expected a finite number >= 0, got {value!r}")
+
+
 @dataclass(frozen=True)
 class MappingProblem:
     """``units`` are listed in a topological order; the profile lists the same units in the
@@ -46,25 +53,32 @@ class MappingProblem:
     kind = "mapping"
 
     def __post_init__(self):
+        where = self.source or self.name
         names = [u.name for u in self.units]
+        seen: set[str] = set()
+        for i, u in enumerate(self.units):
+            if u.name in seen:
+                raise InputError(where, f"graph.units[{i}].name", f"duplicate unit name {u.name!r}")
+            seen.add(u.name)
+            for attr in ("flops", "param_bytes", "out_bytes"):
+                _check_size(where, f"graph.units[{i}].{attr}", getattr(u, attr))
+        index = {n: i for i, n in enumerate(names)}
+        for i, e in enumerate(self.edges):
+            for end in (e.src, e.dst):
+                if end not in index:
+                    raise InputError(where, f"graph.edges[{i}]", f"unknown unit {end!r}")
+            if index[e.src] >= index[e.dst]:
+                raise InputError(where, f"graph.edges[{i}]",
+                                 f"edge {e.src}->{e.dst} goes against the unit order (cycle or unsorted units)")
+            if e.bytes is not None:
+                _check_size(where, f"graph.edges[{i}].bytes", e.bytes)
         if tuple(names) != self.profile.units:
             missing = sorted(set(names) - set(self.profile.units))
             extra = sorted(set(self.profile.units) - set(names))
             what = (f"profile lacks units {missing[:5]}" if missing
                     else f"profile has unknown units {extra[:5]}" if extra
                     else "profile lists the units in another order")
-            raise InputError(self.source or self.name, "profile.units", what)
-        g = nx.DiGraph()
-        g.add_nodes_from(names)
-        index = {n: i for i, n in enumerate(names)}
-        for e in self.edges:
-            for end in (e.src, e.dst):
-                if end not in index:
-                    raise InputError(self.source or self.name, "graph.edges", f"unknown unit {end!r}")
-            if index[e.src] >= index[e.dst]:
-                raise InputError(self.source or self.name, "graph.edges",
-                                 f"edge {e.src}->{e.dst} goes against the unit order (cycle or unsorted units)")
-            g.add_edge(e.src, e.dst)
+            raise InputError(where, "profile.units", what)
 
     @cached_property
     def graph(self) -> nx.DiGraph:

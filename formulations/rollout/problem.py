@@ -8,7 +8,7 @@ footprint when it admits the request (see ``EngineModel``).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
@@ -258,6 +258,10 @@ def problem_from_dict(doc: dict[str, Any], source: str) -> RolloutProblem:
         d = doc.get(key)
         if not isinstance(d, dict):
             raise InputError(source, key, "expected an object")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise InputError(source, f"{key}.{unknown[0]}", f"unknown field (known: {', '.join(known)})")
         try:
             return cls(**d)
         except TypeError as exc:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pipeplan
-from pipeplan.formulations.rollout.bounds import train_end_lower_bound
+from pipeplan.formulations.rollout.bounds import earliest_completions, train_end_lower_bound
 from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import Update
@@ -78,6 +78,9 @@ def test_every_policy_keeps_every_invariant_and_replays_exactly(problem, policy)
     again = replay(problem, s.plan())
     assert again.metrics() == pytest.approx(s.metrics(), rel=1e-9, abs=1e-9)
     assert s.metrics()["train_end_s"] >= train_end_lower_bound(problem) - 1e-9
+    # the c-th group to complete does so no sooner than any c groups can
+    for done, bound in zip(sorted(s.group_complete_s), earliest_completions(problem)):
+        assert done >= bound - 1e-9
 
 
 def test_on_demand_engine_retracts_and_stays_within_capacity():

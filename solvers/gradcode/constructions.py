@@ -4,6 +4,7 @@ still scores the code on the problem's workers."""
 from __future__ import annotations
 
 from pipeplan.registry import register
+from pipeplan.result import Termination
 from pipeplan.solvers.gradcode.common import scored_result
 from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
@@ -22,10 +23,10 @@ def solve_fr(problem, **_):
 
 
 @register("gradcode", "cr", description="cyclic repetition (Tandon et al. 2017): random H, best of several seeds")
-def solve_cr(problem, *, seed: int = 0, tries: int = 8, **_):
+def solve_cr(problem, *, seed: int = 0, tries: int = 8, time_limit=None, **_):
     _square(problem, "CR")
-    return scored_result(problem, "cr", cyclic_repetition(problem.n, problem.s, seed=seed, tries=tries),
-                         params={"tries": tries})
+    code = cyclic_repetition(problem.n, problem.s, seed=seed, tries=tries, time_limit=time_limit)
+    return scored_result(problem, "cr", code, termination=_tries_termination(code), params={"tries": tries})
 
 
 @register("gradcode", "pgc-fr", description="pipelined FR: one partition per worker per step, round-robin")
@@ -35,7 +36,14 @@ def solve_pgc_fr(problem, **_):
 
 
 @register("gradcode", "pgc-cr", description="pipelined CR: one partition per step; decoder lstsq or linear")
-def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: str = "lstsq", **_):
+def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: str = "lstsq", time_limit=None, **_):
     _square(problem, "PGC-CR")
-    return scored_result(problem, "pgc-cr", pgc_cr(problem.n, problem.s, seed=seed, tries=tries, decoder=decoder),
+    code = pgc_cr(problem.n, problem.s, seed=seed, tries=tries, decoder=decoder, time_limit=time_limit)
+    return scored_result(problem, "pgc-cr", code, termination=_tries_termination(code),
                          params={"tries": tries, "decoder": decoder})
+
+
+def _tries_termination(code) -> Termination:
+    """time_limit when the limit cut the random seeds short of ``tries``."""
+    tried = code.meta.get("tried")
+    return Termination.TIME_LIMIT if tried is not None and tried < code.meta["tries"] else Termination.COMPLETED

@@ -9,6 +9,8 @@ s = 5), so several seeds are tried and the one with the smallest worst-case cond
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from pipeplan.errors import InputError
@@ -30,14 +32,21 @@ def cyclic_matrix(n: int, s: int, rng: np.random.Generator) -> np.ndarray:
     return B
 
 
-def cyclic_repetition(n: int, s: int, *, seed: int = 0, tries: int = 8) -> GradientCode:
+def cyclic_repetition(n: int, s: int, *, seed: int = 0, tries: int = 8, time_limit: float | None = None) -> GradientCode:
+    """The best conditioned of ``tries`` random CR codes (seeds seed, seed+1, ...); past
+    ``time_limit`` seconds no further seed is tried once one decodes (``meta["tried"]`` says how
+    many were)."""
     if not 0 <= s < n:
         raise InputError("--s", "", f"s = {s} must satisfy 0 <= s < n = {n}")
     if tries < 1:
         raise InputError("--tries", "", f"must be >= 1, got {tries}")
+    began = time.perf_counter()
     support = cyclic_support(n, s)
-    best = None
+    best, tried = None, 0
     for t in range(tries):
+        if best is not None and not best[0][0] and time_limit is not None and time.perf_counter() - began >= time_limit:
+            break
+        tried += 1
         code = GradientCode(scheme="cr", s=s, support=support, B=cyclic_matrix(n, s, np.random.default_rng(seed + t)),
                             decoder="lstsq", wait=n - s)
         v = verify(code)
@@ -48,4 +57,5 @@ def cyclic_repetition(n: int, s: int, *, seed: int = 0, tries: int = 8) -> Gradi
     if not v.decodable:
         raise ValueError(f"no decodable CR code for n={n}, s={s} in {tries} seeds (worst residual {v.worst_residual:.3g})")
     return GradientCode(scheme="cr", s=s, support=support, B=code.B, decoder="lstsq", wait=n - s,
-                        meta={"seed": chosen, "tries": tries, "worst_condition": v.worst_condition})
+                        meta={"seed": chosen, "tries": tries, "tried": tried,
+                              "worst_condition": v.worst_condition})

@@ -16,6 +16,8 @@ def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, th
     import pulp
     from pipeplan.solvers.pulp_backend import make_solver, pick_backend
 
+    began = time.perf_counter()      # the time limit covers building the model too
+
     p, n, G, Q = data.problem, data.n, data.groups, data.qmax
     if G == 0:
         return BackendAnswer("infeasible", None, None, None)
@@ -87,13 +89,12 @@ def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, th
             used[g].setInitialValue(1 if g < len(hint[0]) else 0)
             q[g].setInitialValue(hint[1][g] if g < len(hint[0]) else 0)
     backend = pick_backend(backend)
-    began = time.perf_counter()
     limit = float(time_limit) if time_limit else 60.0
 
     def run(objective):
         prob.setObjective(objective)
         warm = any(v.varValue is not None for v in prob.variables())
-        left = max(0.5, limit - (time.perf_counter() - began))
+        left = max(0.05, limit - (time.perf_counter() - began))
         prob.solve(make_solver(backend, time_limit=left, threads=threads, seed=seed, warm=warm))
         state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
                  pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "none")

@@ -21,7 +21,8 @@ def pgc_fr(n: int, s: int) -> GradientCode:
     return pipelined(fractional_repetition(n, s), "pgc-fr")
 
 
-def pgc_cr(n: int, s: int, *, seed: int = 0, tries: int = 8, decoder: str = "lstsq") -> GradientCode:
+def pgc_cr(n: int, s: int, *, seed: int = 0, tries: int = 8, decoder: str = "lstsq",
+           time_limit: float | None = None) -> GradientCode:
     """``decoder="lstsq"``: CR's random B, exact least-squares decoding of stale replies.
     ``decoder="linear"``: PGC-CR as published, an all-ones cyclic B and the fixed decoder
     n / ((n-s)(s+1)) x (sum of the n-s replies): approximate, no inversion."""
@@ -32,4 +33,4 @@ def pgc_cr(n: int, s: int, *, seed: int = 0, tries: int = 8, decoder: str = "lst
         return pipelined(code, "pgc-cr")
     if decoder != "lstsq":
         raise ValueError(f"unknown PGC-CR decoder {decoder!r} (lstsq or linear)")
-    return pipelined(cyclic_repetition(n, s, seed=seed, tries=tries), "pgc-cr")
+    return pipelined(cyclic_repetition(n, s, seed=seed, tries=tries, time_limit=time_limit), "pgc-cr")

@@ -39,7 +39,7 @@ def lexicographic(model: MappingCpModel, objective: str, *, time_limit, seed, th
         return first, first.status == "optimal", first.bound
     model.add_upper_bound(objective, first.values[objective])
     model.hint(first.plan)
-    left = None if time_limit is None else max(0.5, time_limit - (time.perf_counter() - began))
+    left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - began))
     second = model.solve(tie_break, time_limit=left, seed=seed, threads=threads)
     if second.status in ("optimal", "feasible"):
         return second, True, first.bound
@@ -51,6 +51,7 @@ def lexicographic(model: MappingCpModel, objective: str, *, time_limit, seed, th
 def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: str = "period",
                 bounds: dict | None = None, shared_pus: bool = False, max_stages: int | None = None,
                 tie_break: str | None = "default", **_):
+    began = time.perf_counter()      # the time limit covers the model, the warm start and both solves
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r}")
     tie_break = TIE_BREAK[objective] if tie_break == "default" else tie_break
@@ -65,7 +66,8 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
     start_plan = warm_start or best_heuristic_plan(problem, objective)
     if start_plan is not None and not shared_pus:
         model.hint(start_plan)
-    outcome, proven, bound = lexicographic(model, objective, time_limit=time_limit, seed=seed, threads=threads,
+    left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - began))
+    outcome, proven, bound = lexicographic(model, objective, time_limit=left, seed=seed, threads=threads,
                                            tie_break=tie_break)
     params = {"objective": objective, "bounds": bounds or {}, "shared_pus": shared_pus,
               "max_stages": model.S, "tie_break": tie_break}

@@ -48,10 +48,17 @@ TIE_BREAK = {"period": "latency", "latency": "period", "energy": "period"}
 TIE_SLACK = 1e-9        # the primary may exceed its optimum by this (relative and absolute)
 
 
-class MappingMilp:
-    """The PuLP model of one problem; ``objectives`` maps period/latency/energy to expressions."""
+class OutOfTime(Exception):
+    """The deadline passed while the model was being built."""
 
-    def __init__(self, problem, *, max_stages: int | None = None):
+
+class MappingMilp:
+    """The PuLP model of one problem; ``objectives`` maps period/latency/energy to expressions.
+    Building it is pure Python and, on graphs of hundreds of operators, takes longer than many
+    time limits: past ``deadline`` (a ``time.perf_counter()`` value) it raises OutOfTime."""
+
+    def __init__(self, problem, *, max_stages: int | None = None, deadline: float | None = None):
+        self.deadline = deadline
         self.problem = problem
         self.prof = prof = problem.profile
         self.pus = list(prof.pus)
@@ -69,11 +76,14 @@ class MappingMilp:
         self.H = (max(self.t_in.values()) + sum(max(r.values()) for r in self.run)
                   + sum(max(x.values(), default=0.0) for x in self.xfer) + max(self.t_out.values()))
         self.prob = pulp.LpProblem("mapping", pulp.LpMinimize)
-        self._placement()
-        self._edges()
-        self._parallel()
-        self._stage_times()
+        for build in (self._placement, self._edges, self._parallel, self._stage_times):
+            self.check_deadline()
+            build()
         self.objectives = {"period": self.P, "latency": pulp.lpSum(self.T), "energy": self._energy()}
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise OutOfTime
 
     def phase(self, table, p):
         """The input or output phase of PU ``p`` at its top level, or None."""
@@ -142,6 +152,8 @@ class MappingMilp:
         names = [u.name for u in self.problem.units]
         self.order = {}
         for i, j in combinations(range(self.n), 2):
+            if j == i + 1:
+                self.check_deadline()
             shared = [p for p in self.run[i] if p in self.run[j]]
             if not shared or reach.has_edge(names[i], names[j]):
                 continue
@@ -326,15 +338,40 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     ``time_limit`` (s) covers building the model and both solves."""
     began = time.perf_counter()
 
-    def left(at_least: float = 0.0):
-        return None if time_limit is None else max(at_least, time_limit - (time.perf_counter() - began))
+    def left() -> float:
+        return time_limit - (time.perf_counter() - began)
 
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r} (choose from {', '.join(AXES)})")
     if shared_pus:
         raise ValueError("the MILP models disjoint PU sets only (cpsat handles shared PUs)")
     backend = pick_backend(backend)
-    model = MappingMilp(problem, max_stages=max_stages)
+    params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": max_stages}
+
+    def fallback(notes: list[str]) -> SolveResult:
+        """Out of time without a MILP solution: the warm start, else the best heuristic plan
+        (none under epsilon bounds, which a heuristic plan need not meet)."""
+        from pipeplan.solvers.mapping.cpsat import best_heuristic_plan
+        if bounds:
+            return SolveResult("mapping", problem.name, "milp", Termination.TIME_LIMIT, Quality.NONE, params=params,
+                               message="; ".join(notes))
+        plan = warm_start or best_heuristic_plan(problem, objective)
+        notes.append("returning the warm start" if warm_start else "returning the best heuristic plan")
+        return scored_result(problem, "milp", plan, objective=objective, termination=Termination.TIME_LIMIT,
+                             quality=Quality.FEASIBLE, params=params, message="; ".join(notes))
+
+    try:
+        model = MappingMilp(problem, max_stages=max_stages,
+                            deadline=None if time_limit is None else began + time_limit)
+    except OutOfTime:
+        return fallback([f"the time limit passed while building the model ({len(problem.units)} units)"])
+    # Each solve also spends time the solver's clock does not see or cannot cut: loading the model
+    # into HiGHS (~0.4x the build time), a presolve that overran its limit by ~0.3x the build
+    # time, reading the solution back (measured on a311d/inception_v2: 509 units, 10.6 s to build).
+    reserve = 0.9 * (time.perf_counter() - began)
+
+    def solve_time() -> float | None:
+        return None if time_limit is None else left() - reserve
     axis_of = {key: axis for axis, key in AXES.items()}
     for key, value in (bounds or {}).items():
         if key not in axis_of:
@@ -344,9 +381,11 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     warm_start = warm_start or None
     if warm_start is not None and not model.set_start(warm_start):
         notes.append("warm start ignored (shared PUs or more stages than the model has)")
-    params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": model.S}
+    params["max_stages"] = model.S
     run = dict(backend=backend, threads=threads, seed=seed)
-    state, value, dual = _run(model, objective, **run, time_limit=left(at_least=1.0))
+    if time_limit is not None and solve_time() < 0.5:
+        return fallback([f"too little time left to load and solve the model ({reserve / 0.9:.1f} s to build)"])
+    state, value, dual = _run(model, objective, **run, time_limit=solve_time())
     if state in ("infeasible", "none"):
         if state == "infeasible":
             termination = Termination.INFEASIBLE
@@ -355,12 +394,7 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
             termination = Termination.TIME_LIMIT if time_limit is not None else Termination.ERROR
             notes.append(f"no plan found ({pulp.LpStatus[model.prob.status]})")
             if not bounds and time_limit is not None:
-                from pipeplan.solvers.mapping.cpsat import best_heuristic_plan
-                fallback = warm_start or best_heuristic_plan(problem, objective)
-                notes.append("returning the warm start" if warm_start else "returning the best heuristic plan")
-                return scored_result(problem, "milp", fallback, objective=objective,
-                                     termination=Termination.TIME_LIMIT, quality=Quality.FEASIBLE,
-                                     params=params, message="; ".join(notes))
+                return fallback(notes)
         return SolveResult("mapping", problem.name, "milp", termination, Quality.NONE, params=params,
                            message="; ".join(notes))
     plan = model.plan()
@@ -371,8 +405,8 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
                              quality=Quality.FEASIBLE, bound={key: dual} if dual is not None else None,
                              params=params, message="; ".join(notes))
     model.add_upper_bound(objective, value * (1 + TIE_SLACK) + TIE_SLACK)
-    if left() != 0.0:
-        second, _, _ = _run(model, TIE_BREAK[objective], **run, time_limit=left())
+    if time_limit is None or solve_time() >= 0.5:
+        second, _, _ = _run(model, TIE_BREAK[objective], **run, time_limit=solve_time())
         if second in ("optimal", "feasible"):
             plan = min(plan, model.plan(), key=lambda pl: objective_key(objective)(evaluate(problem, pl)))
     bound = {key: evaluate(problem, plan).objectives()[key]}

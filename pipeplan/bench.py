@@ -253,16 +253,34 @@ def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace
 
 # ----------------------------------------------------------------------------- the suite
 
+RECORD_KEYS = ("system", "instance", "solver", "seed", "termination")
+
+
 def read_records(path: Path) -> list[dict]:
-    """Records of a runs.jsonl; a torn last line (the bench was killed mid-write) is ignored."""
+    """Records of a runs.jsonl. A torn last line (the bench was killed mid-write) is ignored;
+    any other line that is not a record is an InputError naming it."""
     if not path.exists():
         return []
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), "", f"cannot read records ({getattr(exc, 'strerror', None) or exc})") from None
     out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
             continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if n == len(lines):
+                break
+            raise InputError(str(path), f"line {n}", f"invalid JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise InputError(str(path), f"line {n}", "expected a JSON object")
+        missing = [k for k in RECORD_KEYS if k not in record]
+        if missing:
+            raise InputError(str(path), f"line {n}: {missing[0]}", "missing field of a run record")
+        out.append(record)
     return out
 
 

@@ -15,7 +15,8 @@ import typer
 
 from pipeplan.cli_gradcode import app as gradcode_app
 from pipeplan.cli_rollout import rollout_app
-from pipeplan.errors import InputError
+from pipeplan.errors import InputError, SolverFailure
+from pipeplan.io import staged_folder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
@@ -139,8 +140,8 @@ def compare_cmd(instance: str = typer.Argument(...),
     names = _solver_list(solvers)
     problem = load_mapping(instance)
     folder = out or Path("results") / "compare" / slug(problem.name)
-    with _progress(f"compare {problem.name}") as progress:
-        md = compare(problem, names, folder, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
+    with staged_folder(folder) as stage, _progress(f"compare {problem.name}") as progress:
+        md = compare(problem, names, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
     typer.echo(md + f"\nwritten: {folder}/compare.md, compare.csv, pareto.png")
 
 
@@ -161,8 +162,8 @@ def pareto_cmd(instance: str = typer.Argument(...),
         raise InputError("--y", "", "must differ from --x")
     problem = load_mapping(instance)
     folder = out or Path("results") / "pareto" / slug(problem.name)
-    with _progress(f"pareto {problem.name}") as progress:
-        front = pareto(problem, x, y, folder, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
+    with staged_folder(folder) as stage, _progress(f"pareto {problem.name}") as progress:
+        front = pareto(problem, x, y, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
     kx, ky = ("energy_mj" if a == "energy" else f"{a}_ms" for a in (x, y))
     for p in front["points"]:
         typer.echo(f"{kx}={p['objectives'][kx]:.3f}  {ky}={p['objectives'][ky]:.3f}  proven={p['proven']}")
@@ -185,8 +186,8 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out"),
     for inst in chosen:
         load_mapping(inst)
     command = "pipeplan study " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "pipeplan study"
-    with _progress("study") as progress:
-        md = study(out, names=names, instances=chosen, time_limit=time_limit, threads=threads, seed=seed,
+    with staged_folder(out) as stage, _progress("study") as progress:
+        md = study(stage, names=names, instances=chosen, time_limit=time_limit, threads=threads, seed=seed,
                    command=command.strip(), progress=progress)
     typer.echo(md)
 
@@ -390,6 +391,9 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as exc:
         typer.echo(f"error: {exc.one_line()}", err=True)
         sys.exit(2)
+    except SolverFailure as exc:
+        typer.echo(f"error: {exc.one_line()}", err=True)
+        sys.exit(1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

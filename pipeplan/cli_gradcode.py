@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from pipeplan.errors import InputError
+from pipeplan.io import staged_folder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Pipelined gradient coding: placements, verification, simulation, training.")
@@ -309,6 +310,6 @@ def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out"),
             raise InputError("--models", "", f"unknown model {m!r} ({', '.join(MODELS)})")
     if steps < 10:
         raise InputError("--steps", "", f"need at least 10 steps, got {steps}")
-    with _progress("gradcode study") as progress:
-        md = run_study(out, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress)
+    with staged_folder(out) as stage, _progress("gradcode study") as progress:
+        md = run_study(stage, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress)
     typer.echo(md)

@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from pipeplan.errors import InputError
+from pipeplan.io import staged_folder
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
 
@@ -132,8 +133,9 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
     rows = competitive_rows(results)
     md = rows_markdown(rows, problem.name)
     if out:
-        write_atomic(out / "compare.md", md)
-        write_atomic(out / "compare.csv", to_csv(rows, rows[0].keys()))
+        with staged_folder(out) as stage:
+            write_atomic(stage / "compare.md", md)
+            write_atomic(stage / "compare.csv", to_csv(rows, rows[0].keys()))
     typer.echo(md, nl=False)
 
 
@@ -205,9 +207,10 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = ty
                      threads=threads, frontier=frontier, progress=progress)
     title = f"{workload}, R = {R}, seed {seed}"
     md = sweep_markdown(rows, command.strip(), title)
-    write_atomic(out / "sweep.csv", to_csv(rows, SWEEP_COLUMNS))
-    write_atomic(out / "sweep.md", md)
-    regime_plot(rows, out / "regime.png", f"regime sweep: {title}")
+    with staged_folder(out) as stage:
+        write_atomic(stage / "sweep.csv", to_csv(rows, SWEEP_COLUMNS))
+        write_atomic(stage / "sweep.md", md)
+        regime_plot(rows, stage / "regime.png", f"regime sweep: {title}")
     typer.echo(md + f"\nwritten: {out}/sweep.csv, sweep.md, regime.png")
 
 
@@ -235,10 +238,12 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
         records = reproduce(seeds=seeds, max_response=max_response, jitter=jitter, frontier=frontier, progress=progress)
         sens = sensitivity_rows(seeds=seeds, frontier=frontier) if sensitivity else None
     md = reproduction_markdown(records, command.strip(), sens)
-    write_atomic(out / "reproduction.md", md)
-    write_atomic(out / "reproduction.csv", to_csv(records, REPRO_COLUMNS))
-    for policy, label in (("sync", "sync"), ("fgd-soft", "cgp-fgd")):
-        gantt(sample, gantt_schedule(sample, policy, frontier), out / f"gantt_{label}.png", f"{sample.name} / {policy}")
+    with staged_folder(out) as stage:
+        write_atomic(stage / "reproduction.md", md)
+        write_atomic(stage / "reproduction.csv", to_csv(records, REPRO_COLUMNS))
+        for policy, label in (("sync", "sync"), ("fgd-soft", "cgp-fgd")):
+            gantt(sample, gantt_schedule(sample, policy, frontier), stage / f"gantt_{label}.png",
+                  f"{sample.name} / {policy}")
     if as_json:
         for r in records:
             typer.echo(json.dumps(r))

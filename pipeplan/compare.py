@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pipeplan
+from pipeplan.errors import SolverFailure
 from pipeplan.io import write_atomic, write_json
 from pipeplan.plots import pareto_plot
 from pipeplan.result import SolveResult
@@ -103,16 +104,21 @@ def compare(problem, names: list[str], out: Path, *, time_limit: float, threads:
 
     results = run_solvers(problem, names, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
     rows = result_rows(results)
-    exact = exact_front(problem, "period", "latency", time_limit=front_time_limit or time_limit, threads=threads,
-                        seed=seed)
+    try:
+        exact = exact_front(problem, "period", "latency", time_limit=front_time_limit or time_limit,
+                            threads=threads, seed=seed)
+        exact_note = (f"{len(exact['points'])} points"
+                      + ("" if exact["complete"] else " (sweep stopped by its time limit: partial)"))
+    except Exception as exc:  # a solver failure is reported, the solvers' table still stands
+        exact = {"points": [], "complete": False}
+        exact_note = f"failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
     approx = {n: [p["objectives"] for p in r.front] for n, r in results.items() if r.front}
     points = {n: r.objectives for n, r in results.items() if not r.front and r.objectives}
-    hv = hv_ratios(problem, exact["points"], approx)
+    hv = hv_ratios(problem, exact["points"], approx) if exact["points"] else {"ref": None, "ratios": {}}
     md = (f"# {problem.name}: heuristic vs exact\n\n"
           f"`pipeplan compare {problem.name} --solvers {','.join(names)} --time-limit {time_limit:g}`\n\n"
           + markdown_table(rows)
-          + f"\nExact (period, latency) front: {len(exact['points'])} points"
-          + ("" if exact["complete"] else " (sweep stopped by its time limit: partial)") + ".\n"
+          + f"\nExact (period, latency) front: {exact_note}.\n"
           + "".join(f"Hypervolume of the {n} front / exact front: {v:.4f} (reference point {hv['ref']}).\n"
                     for n, v in hv["ratios"].items()))
     write_atomic(out / "compare.csv", csv_text(rows))
@@ -140,7 +146,10 @@ def hv_ratios(problem, exact_points: list[dict], approx: dict[str, list[dict]]) 
 def pareto(problem, x: str, y: str, out: Path, *, time_limit: float, threads: int, seed: int, progress=None) -> dict:
     from pipeplan.solvers.mapping.exact_front import exact_front
 
-    front = exact_front(problem, x, y, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
+    try:
+        front = exact_front(problem, x, y, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
+    except Exception as exc:
+        raise SolverFailure(f"{problem.name}: exact {x}/{y} front", f"{type(exc).__name__}: {exc}") from None
     stem = f"front_{x}_{y}"
     write_atomic(out / f"{stem}.csv", front_csv(front["points"], x, y))
     write_json(out / f"{stem}.json", front)

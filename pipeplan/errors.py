@@ -18,3 +18,16 @@ class InputError(ValueError):
     def one_line(self) -> str:
         where = f"{self.source}: {self.field}" if self.field else self.source
         return f"{where}: {self.message}".replace("\n", " ")
+
+
+class SolverFailure(RuntimeError):
+    """A solver failed where the command has no result to carry the failure (an exact Pareto
+    sweep): the CLI prints one line and exits with status 1."""
+
+    def __init__(self, what: str, message: str):
+        self.what = what
+        self.message = message
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        return f"{self.what}: {self.message}".replace("\n", " ")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pipeplan.bench import RECORDS, read_records
 from pipeplan.errors import InputError
-from pipeplan.io import load_json, write_atomic
+from pipeplan.io import load_json, staged_folder, write_atomic
 from pipeplan.plots import pareto_plot
 
 SUMMARY_COLUMNS = ("system", "instance", "solver", "seed", "termination", "quality", "objective_1",
@@ -246,15 +246,16 @@ def write_report(results_dir: Path) -> str:
     by_system: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_system[r["system"]].append(r)
-    for system, rs in by_system.items():
-        section = SECTIONS.get(system)
-        lines += section(rs, results_dir) if section else [f"## {system}", "", "(no report section)", ""]
-    errors = [r for r in records if r["termination"] == "error" or str(r.get("message", "")).startswith("killed")]
-    if errors:
-        lines += ["## Runs that failed or were stopped", ""]
-        lines += [f"- {r['system']} {r['instance']} {r['solver']} seed {r['seed']}: {r['termination']}: "
-                  f"{r['message']}" for r in errors]
-    md = "\n".join(lines) + "\n"
-    write_atomic(results_dir / "summary.csv", summary_csv(records))
-    write_atomic(results_dir / "report.md", md)
+    with staged_folder(results_dir) as stage:     # report.md, summary.csv and plots appear together
+        for system, rs in by_system.items():
+            section = SECTIONS.get(system)
+            lines += section(rs, stage) if section else [f"## {system}", "", "(no report section)", ""]
+        errors = [r for r in records if r["termination"] == "error" or str(r.get("message", "")).startswith("killed")]
+        if errors:
+            lines += ["## Runs that failed or were stopped", ""]
+            lines += [f"- {r['system']} {r['instance']} {r['solver']} seed {r['seed']}: {r['termination']}: "
+                      f"{r['message']}" for r in errors]
+        md = "\n".join(lines) + "\n"
+        write_atomic(stage / "summary.csv", summary_csv(records))
+        write_atomic(stage / "report.md", md)
     return md

@@ -18,7 +18,8 @@ def test_corpus_is_large_and_covers_every_format():
     assert len(files) >= 40
     formats = {f.split("/")[0] for f in files}
     assert formats >= {"onnx", "profile", "instance", "plan", "manifest", "suite", "gradcode_problem",
-                       "gradcode_code", "gradcode_trace", "rollout_problem", "rollout_trace", "platform", "batch"}
+                       "gradcode_code", "gradcode_trace", "rollout_problem", "rollout_trace", "platform", "batch",
+                       "bench_records"}
     for f in files:
         assert (CORPUS / f).exists(), f
 
@@ -38,10 +39,13 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
     out = tmp_path / "out"
     instance = _profile_wrapper(file, tmp_path) if case.get("wrap_profile") else None
     args = [a.format(file=file, out=out, good=CORPUS / "good", instance=instance) for a in case["args"]]
+    before = sorted(CORPUS.rglob("*"))
     proc = run_cli(*args, cwd=tmp_path)
     assert_input_error(proc, case["names"], case["field"])
     assert proc.stdout == "", proc.stdout
     assert not out.exists() or not any(out.rglob("*")), sorted(out.rglob("*"))
+    assert sorted(CORPUS.rglob("*")) == before          # nothing written beside the input either
+    assert {p.name for p in tmp_path.iterdir()} <= {"diamond_with_bad_profile.json"}
 
 
 GOOD = CORPUS / "good"

@@ -50,3 +50,25 @@ def test_unavailable_solver_reports_why(scratch_registry):
 
     r = pipeplan.solve(tiny_problem({"A": [1.0]}), "test-missing-lib")
     assert r.termination is Termination.ERROR and "surely_not_installed_pkg" in r.message
+
+
+def test_staged_folder_publishes_everything_or_nothing(tmp_path):
+    from pipeplan.io import staged_folder, write_atomic
+
+    out = tmp_path / "deep" / "results"
+    with pytest.raises(RuntimeError):
+        with staged_folder(out) as stage:
+            write_atomic(stage / "a.csv", "1\n")
+            raise RuntimeError("midway")
+    assert not (tmp_path / "deep").exists() and list(tmp_path.iterdir()) == []   # nothing created, no stage left
+    with staged_folder(out) as stage:
+        write_atomic(stage / "a.csv", "1\n")
+        write_atomic(stage / "plots" / "b.png", b"png")
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(RuntimeError):
+        with staged_folder(out) as stage:
+            write_atomic(stage / "a.csv", "2\n")
+            raise RuntimeError("midway")
+    assert (out / "a.csv").read_text() == "1\n" and (out / "plots" / "b.png").read_bytes() == b"png"
+    assert (out / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["results"]

@@ -92,6 +92,8 @@ def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, th
         solver.parameters.num_workers = max(1, int(threads))
         solver.parameters.random_seed = int(seed)
         status = solver.Solve(m)
+        if status == cp_model.MODEL_INVALID:
+            raise RuntimeError(f"CP-SAT model invalid: {m.Validate()}")
         state = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
                  cp_model.INFEASIBLE: "infeasible"}.get(status, "none")
         return solver, state

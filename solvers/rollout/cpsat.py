@@ -140,6 +140,8 @@ class RolloutCpModel:
         solver.parameters.num_workers = max(1, int(threads))
         solver.parameters.random_seed = int(seed)
         status = solver.Solve(self.md)
+        if status == cp_model.MODEL_INVALID:
+            raise RuntimeError(f"CP-SAT model invalid: {self.md.Validate()}")
         names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return names.get(status, "unknown"), None, None, None, None

@@ -18,6 +18,7 @@ each PU's busy share, the time its ONNX Runtime calls took over the run's wall t
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -32,6 +33,7 @@ from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec,
 from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
 from pipeplan.errors import InputError
 
+OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
 QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -42,6 +44,12 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     if frames < 2:
         raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
     m = load_manifest(folder)
+    host_cpus = os.cpu_count() or 1
+    for pu, rt in m.pus.items():
+        if rt["intra_op_threads"] > OVERSUBSCRIPTION * host_cpus:
+            raise InputError(m.source, f"pus.{pu}.intra_op_threads",
+                             f"{rt['intra_op_threads']} threads on a host with {host_cpus} CPUs "
+                             f"(at most {OVERSUBSCRIPTION}x as many threads as CPUs)")
     cores = {pu: usable_cores(rt["cores"]) for pu, rt in m.pus.items()}
     sessions = _sessions(m, cores)
     failures: list[InputError] = []
@@ -49,11 +57,15 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     queues = [queue.Queue(maxsize=QUEUE_DEPTH) for _ in range(len(stages) + 1)]
 
     def feed() -> None:
-        for f in range(frames):
-            if failures:
-                break
-            queues[0].put((f, frame_inputs(m.inputs, seed, f)))
-        queues[0].put(None)
+        try:
+            for f in range(frames):
+                if failures:
+                    break
+                queues[0].put((f, frame_inputs(m.inputs, seed, f)))
+        except Exception as exc:  # e.g. no memory for a frame: stop the run, do not hang it
+            failures.append(InputError(m.source, "inputs", f"cannot build an input frame ({_brief(exc)})"))
+        finally:
+            queues[0].put(None)
 
     threads = [threading.Thread(target=feed, name="feeder", daemon=True)]
     threads += [threading.Thread(target=w.serve, args=(queues[i], queues[i + 1]), name=f"stage{i}", daemon=True)
@@ -150,7 +162,7 @@ class _StageWorker:
     """The thread of one stage: takes a frame, runs the stage's groups, hands the frame on."""
 
     def __init__(self, m: Manifest, spec: StageSpec, sessions: dict, cores: dict, failures: list):
-        self.spec, self.cores, self.failures = spec, cores, failures
+        self.spec, self.cores, self.failures, self.source = spec, cores, failures, m.source
         self.runners = [_PuRunner(m, spec, pu, sessions, failures)
                         for pu in dict.fromkeys(g.pu for g in spec.groups)]
         self.spans: dict[int, tuple[float, float]] = {}  # frame -> (start, end) in this stage
@@ -161,26 +173,34 @@ class _StageWorker:
             pin_current_thread(self.cores[self.runners[0].pu])
         else:
             helpers = [self._helper(r) for r in self.runners]
-        while (item := inbox.get()) is not None:
-            if self.failures:
-                continue  # drain, so the feeder never blocks
-            f, tensors = item
-            start = time.perf_counter()
-            done = {g.id: threading.Event() for g in self.spec.groups}
-            if helpers:
-                for jobs, _ in helpers:
-                    jobs.put((tensors, done))
-                for event in done.values():
-                    event.wait()
-            else:
-                self.runners[0].run(tensors, done)
-            self.spans[f] = (start, time.perf_counter())
-            if not self.failures:
-                outbox.put((f, {t: tensors[t] for t in self.spec.sends}))
-        for jobs, thread in helpers:
-            jobs.put(None)
-            thread.join()
-        outbox.put(None)
+        try:
+            while (item := inbox.get()) is not None:
+                if self.failures:
+                    continue  # drain, so the feeder never blocks
+                try:
+                    self._frame(*item, helpers, outbox)
+                except Exception as exc:  # never leave the next stage waiting for a frame
+                    self.failures.append(InputError(self.source, f"stages[{self.spec.index}]",
+                                                    f"stage failed ({_brief(exc)})"))
+        finally:
+            for jobs, thread in helpers:
+                jobs.put(None)
+                thread.join()
+            outbox.put(None)
+
+    def _frame(self, f: int, tensors: dict, helpers: list, outbox: queue.Queue) -> None:
+        start = time.perf_counter()
+        done = {g.id: threading.Event() for g in self.spec.groups}
+        if helpers:
+            for jobs, _ in helpers:
+                jobs.put((tensors, done))
+            for event in done.values():
+                event.wait()
+        else:
+            self.runners[0].run(tensors, done)
+        self.spans[f] = (start, time.perf_counter())
+        if not self.failures:
+            outbox.put((f, {t: tensors[t] for t in self.spec.sends}))
 
     def _helper(self, runner: _PuRunner) -> tuple[queue.Queue, threading.Thread]:
         jobs: queue.Queue = queue.Queue()

@@ -7,6 +7,7 @@ file and field instead of a traceback in a worker thread.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ import numpy as np
 from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION
 from pipeplan.io import load_json
 from pipeplan.profiles.format import Reader
+from pipeplan.profiles.roofline import MAX_THREADS
+
+MAX_ELEMENTS = 2**31 - 1   # elements of one tensor of one frame (ONNX Runtime's int32 limit)
 
 MANIFEST_SCHEMA = "pipeplan.manifest/1"
 MANIFEST_FILE = "manifest.json"
@@ -94,8 +98,12 @@ def load_manifest(folder: str | Path) -> Manifest:
         for i, t in enumerate(value):
             t = r.obj(t, f"{fld}[{i}]")
             shape = r.get(t, "shape", f"{fld}[{i}]")
-            if not isinstance(shape, list) or not all(d is None or isinstance(d, (int, str)) for d in shape):
-                raise r.fail(f"{fld}[{i}].shape", "expected a list of dimensions")
+            if not isinstance(shape, list) or not all(
+                    d is None or isinstance(d, str)
+                    or (isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_ELEMENTS) for d in shape):
+                raise r.fail(f"{fld}[{i}].shape", "expected a list of dimensions (sizes >= 0, names or null)")
+            if math.prod(d if isinstance(d, int) else 1 for d in shape) > MAX_ELEMENTS:
+                raise r.fail(f"{fld}[{i}].shape", f"more than {MAX_ELEMENTS} elements in one frame")
             try:
                 dtype = np.dtype(r.string(r.get(t, "dtype", f"{fld}[{i}]"), f"{fld}[{i}].dtype"))
             except TypeError:
@@ -112,7 +120,7 @@ def load_manifest(folder: str | Path) -> Manifest:
     reference = checked_file(r.get(doc, "reference", ""), "reference")
     session = r.obj(r.get(doc, "session", ""), "session")
     graph_optimization = session.get("graph_optimization")
-    if graph_optimization not in GRAPH_OPTIMIZATION:
+    if not isinstance(graph_optimization, str) or graph_optimization not in GRAPH_OPTIMIZATION:
         raise r.fail("session.graph_optimization", f"expected one of {', '.join(GRAPH_OPTIMIZATION)}")
     pus = {name: _pu_runtime(r, spec, f"pus.{name}") for name, spec in r.obj(r.get(doc, "pus", ""), "pus").items()}
     inputs = tensors(r.get(doc, "inputs", ""), "inputs")
@@ -184,11 +192,11 @@ def _pu_runtime(r: Reader, spec: Any, fld: str) -> dict[str, Any]:
     if not isinstance(providers, list) or not providers or not all(isinstance(p, str) for p in providers):
         raise r.fail(f"{fld}.providers", "expected a non-empty list of provider names")
     threads = r.get(spec, "intra_op_threads", fld)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise r.fail(f"{fld}.intra_op_threads", f"expected a positive integer, got {threads!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise r.fail(f"{fld}.intra_op_threads", f"expected an integer from 1 to {MAX_THREADS}, got {threads!r}")
     cores = spec.get("cores")
     if cores is not None and (not isinstance(cores, list) or not cores
-                              or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cores)):
+                              or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < MAX_THREADS for c in cores)):
         raise r.fail(f"{fld}.cores", "expected null or a non-empty list of CPU ids")
     config = r.obj(spec.get("session_config", {}), f"{fld}.session_config")
     if not all(isinstance(v, str) for v in config.values()):

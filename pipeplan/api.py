@@ -1,11 +1,22 @@
 """``pipeplan.solve``: the one entry point to every solver."""
 from __future__ import annotations
 
+import math
 import time
 import traceback
 
+from pipeplan.errors import InputError
 from pipeplan.registry import get_solver
 from pipeplan.result import Quality, SolveResult, Termination
+
+
+def check_limits(time_limit: float | None, threads: int = 1) -> None:
+    """``--time-limit``: None or a finite number of seconds > 0; ``--threads``: an integer >= 1."""
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not math.isfinite(time_limit) or time_limit <= 0):
+        raise InputError("--time-limit", "", f"must be a positive number of seconds, got {time_limit!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InputError("--threads", "", f"must be an integer >= 1, got {threads!r}")
 
 
 def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 0,
@@ -13,6 +24,7 @@ def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 
     """Solve ``problem`` (any formulation's problem object, with ``kind`` and ``name``) with the
     registered solver ``solver``. A solver failure becomes a result with termination ``error``
     and the message, never an exception (bad *input* still raises InputError)."""
+    check_limits(time_limit, threads)
     info = get_solver(problem.kind, solver)
     ok, why = info.available()
     call = {"time_limit": time_limit, "seed": seed, "threads": threads, **params}

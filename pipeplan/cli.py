@@ -16,6 +16,7 @@ import typer
 from pipeplan.cli_gradcode import app as gradcode_app
 from pipeplan.cli_rollout import rollout_app
 from pipeplan.errors import InputError, SolverFailure
+from pipeplan.api import check_limits
 from pipeplan.io import staged_folder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -137,6 +138,7 @@ def compare_cmd(instance: str = typer.Argument(...),
     from pipeplan.compare import compare, slug
     from pipeplan.instances.catalog import load_mapping
 
+    check_limits(time_limit, threads)
     names = _solver_list(solvers)
     problem = load_mapping(instance)
     folder = out or Path("results") / "compare" / slug(problem.name)
@@ -160,6 +162,7 @@ def pareto_cmd(instance: str = typer.Argument(...),
             raise InputError(name, "", f"unknown objective {v!r} (period, latency, energy)")
     if x == y:
         raise InputError("--y", "", "must differ from --x")
+    check_limits(time_limit, threads)
     problem = load_mapping(instance)
     folder = out or Path("results") / "pareto" / slug(problem.name)
     with staged_folder(folder) as stage, _progress(f"pareto {problem.name}") as progress:
@@ -181,6 +184,7 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out"),
     from pipeplan.compare import STUDY_INSTANCES, study
     from pipeplan.instances.catalog import load_mapping
 
+    check_limits(time_limit, threads)
     names = _solver_list(solvers)
     chosen = [s.strip() for s in instances.split(",")] if instances else STUDY_INSTANCES
     for inst in chosen:

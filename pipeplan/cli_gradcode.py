@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from pipeplan.api import check_limits
 from pipeplan.errors import InputError
 from pipeplan.io import staged_folder
 
@@ -39,6 +40,10 @@ _prob = typer.Option(None, "--prob", help="probability a worker straggles in a s
 _ptime = typer.Option(None, "--partition-time", help="seconds per partition on a speed-1 worker (default 0.5)")
 
 
+OPTION_OF = {"kind": "--delay", "mean_s": "--mean", "shift_s": "--shift", "scale_s": "--scale",
+             "alpha": "--alpha", "stay": "--stay", "trace_file": "--trace"}
+
+
 def _straggler_changes(delay, mean, shift, scale, alpha, stay, trace) -> dict:
     """The straggler-model fields the options set (an empty dict: keep the problem's model)."""
     from pipeplan.formulations.gradcode.straggler import load_trace
@@ -67,7 +72,10 @@ def _problem(instance, n, s, *, straggler=None, prob=None, partition_time=None, 
         p = homogeneous_problem(n, s, pipelined=pipelined)
     changes = {}
     if straggler:
-        changes["straggler"] = replace(p.straggler, **straggler)
+        try:
+            changes["straggler"] = replace(p.straggler, **straggler)
+        except InputError as exc:    # name the option that set the field
+            raise InputError(OPTION_OF.get(exc.field, "--delay"), "", exc.message) from None
     if partition_time is not None:
         changes["partition_time_s"] = partition_time
     if prob is not None:
@@ -310,6 +318,7 @@ def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out"),
             raise InputError("--models", "", f"unknown model {m!r} ({', '.join(MODELS)})")
     if steps < 10:
         raise InputError("--steps", "", f"need at least 10 steps, got {steps}")
+    check_limits(time_limit)
     with staged_folder(out) as stage, _progress("gradcode study") as progress:
         md = run_study(stage, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress)
     typer.echo(md)

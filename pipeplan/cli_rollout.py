@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from pipeplan.api import check_limits
 from pipeplan.errors import InputError
 from pipeplan.io import staged_folder
 
@@ -28,6 +30,8 @@ def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, m
     from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
     from pipeplan.instances.rollout import load_instance
 
+    if jitter is not None and not (math.isfinite(jitter) and jitter >= 0):
+        raise InputError("--jitter", "", f"must be a number of groups >= 0, got {jitter}")
     given = [x is not None for x in (instance, workload, trace)]
     if sum(given) != 1:
         raise InputError("rollout", "", "give exactly one of INSTANCE, --workload or --trace")
@@ -196,6 +200,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = ty
     from pipeplan.rollout_plots import regime_plot
     from pipeplan.rollout_study import SWEEP_COLUMNS, sweep, sweep_markdown, to_csv
 
+    check_limits(time_limit, threads)
     values = _floats(rhos, "--rhos")
     kinds = [e.strip() for e in engines.split(",") if e.strip()]
     if not kinds or any(e not in ("real", "linear") for e in kinds):

@@ -49,6 +49,7 @@ LEVEL = "max"  # roofline profiles have one DVFS level: the top one
 _PU_FIELDS = {"kind", "peak_gflops", "mem_bandwidth_gbs", "efficiency", "active_power_mw",
               "idle_power_mw", "launch_overhead_ms", "supported_ops", "description", "runtime"}
 _RUNTIME_FIELDS = {"provider", "threads", "cores"}
+MAX_THREADS = 4096      # intra-op threads of one ORT session, and CPU ids: beyond any real machine
 _TOP_FIELDS = {"schema", "name", "source", "assumptions", "host_pu", "pus", "links",
                "default_link", "transfer_power_mw"}
 
@@ -191,12 +192,13 @@ def _runtime(r: Reader, spec: Any, fld: str) -> Runtime:
     _no_unknown(r, spec, _RUNTIME_FIELDS, fld)
     provider = r.string(spec["provider"], f"{fld}.provider") if "provider" in spec else None
     threads = spec.get("threads")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise r.fail(f"{fld}.threads", f"expected a positive integer, got {threads!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= MAX_THREADS):
+        raise r.fail(f"{fld}.threads", f"expected an integer from 1 to {MAX_THREADS}, got {threads!r}")
     cores = spec.get("cores")
     if cores is not None:
         if (not isinstance(cores, list) or not cores
-                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cores)):
+                or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < MAX_THREADS for c in cores)):
             raise r.fail(f"{fld}.cores", "expected a non-empty list of CPU ids (integers from 0)")
         if len(set(cores)) != len(cores):
             raise r.fail(f"{fld}.cores", "a CPU id is listed twice")

@@ -19,6 +19,7 @@ every step.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,14 @@ class GradientCode:
         return d
 
 
+def _finite(v) -> bool:
+    """A JSON number (not a bool) that fits a float and is finite."""
+    try:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    except OverflowError:                  # an integer beyond float range
+        return False
+
+
 def _matrix(d: dict, key: str, source: str, dtype) -> np.ndarray:
     rows = d.get(key)
     if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
@@ -100,7 +109,7 @@ def _matrix(d: dict, key: str, source: str, dtype) -> np.ndarray:
         if len(r) != width or width == 0:
             raise InputError(source, f"{key}[{i}]", f"{len(r)} entries, expected {width} (one per partition)")
         for j, v in enumerate(r):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            if not _finite(v):
                 raise InputError(source, f"{key}[{i}][{j}]", f"not a finite number: {v!r}")
     return np.array(rows, dtype=dtype)
 

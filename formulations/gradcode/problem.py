@@ -17,6 +17,12 @@ from pipeplan.formulations.gradcode.straggler import StragglerModel, model_from_
 SCHEMA = "pipeplan.gradcode-problem/1"
 
 
+# Workers and partitions: the verifier and the simulator hold n x k matrices and per-step
+# n-vectors; 10,000 is far beyond the clusters the codes target and keeps a typo from
+# allocating terabytes.
+MAX_SIZE = 10_000
+
+
 @dataclass(frozen=True)
 class GradCodeProblem:
     name: str
@@ -39,8 +45,10 @@ class GradCodeProblem:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise InputError(where, name, f"must be an integer, got {v!r}")
-        if self.n < 1:
-            raise InputError(where, "n", f"need at least one worker, got {self.n}")
+        if not 1 <= self.n <= MAX_SIZE:
+            raise InputError(where, "n", f"need 1 to {MAX_SIZE} workers, got {self.n}")
+        if self.k > MAX_SIZE:
+            raise InputError(where, "k", f"at most {MAX_SIZE} partitions, got {self.k}")
         if self.s < 0:
             raise InputError(where, "s", f"must be >= 0, got {self.s}")
         if self.s >= self.n:
@@ -111,7 +119,7 @@ def problem_from_dict(d: dict, source: str = "problem") -> GradCodeProblem:
         if not isinstance(v, list):
             raise InputError(source, key, "expected a list")
         return tuple(v)
-    n_ok = n if isinstance(n, int) and n > 0 else 0
+    n_ok = n if isinstance(n, int) and 0 < n <= MAX_SIZE else 0
     return GradCodeProblem(
         name=str(d.get("name", source)), n=n, s=s, k=d.get("k", n),
         speeds=seq("speeds", [1.0] * n_ok), straggle_prob=seq("straggle_prob", [0.2] * n_ok),

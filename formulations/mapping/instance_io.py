@@ -38,7 +38,10 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None) -> Mappin
         except (TypeError, ValueError):
             raise InputError(source, f"graph.units[{i}]", "flops/bytes must be numbers") from None
     edges = []
-    for i, e in enumerate(graph.get("edges", [])):
+    edges_raw = graph.get("edges", [])
+    if not isinstance(edges_raw, list):
+        raise InputError(source, "graph.edges", "expected a list of {src, dst, bytes}")
+    for i, e in enumerate(edges_raw):
         if not isinstance(e, dict) or not isinstance(e.get("src"), str) or not isinstance(e.get("dst"), str):
             raise InputError(source, f"graph.edges[{i}]", "expected {src, dst, bytes}")
         edges.append(Edge(e["src"], e["dst"], e.get("bytes")))

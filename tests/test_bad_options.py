@@ -1,0 +1,28 @@
+"""Bad option values on every command that takes them: one line naming the option, exit 2."""
+import pytest
+
+from tests.cli_helpers import assert_input_error, run_cli
+
+CASES = [
+    (["solve", "khadas-vim3/Alex", "--solver", "heft", "--time-limit", "-1"], "--time-limit"),
+    (["solve", "khadas-vim3/Alex", "--solver", "heft", "--time-limit", "nan"], "--time-limit"),
+    (["solve", "khadas-vim3/Alex", "--solver", "cpsat", "--threads", "0"], "--threads"),
+    (["compare", "khadas-vim3/Alex", "--time-limit", "0"], "--time-limit"),
+    (["pareto", "khadas-vim3/Alex", "--time-limit", "-5"], "--time-limit"),
+    (["study", "--time-limit", "inf"], "--time-limit"),
+    (["bench", "--suite", "quick", "--time-limit", "-1"], "--time-limit"),
+    (["rollout", "optimum", "--workload", "lsat-ar", "--R", "32", "--time-limit", "-1"], "--time-limit"),
+    (["rollout", "sweep", "--time-limit", "0"], "--time-limit"),
+    (["rollout", "simulate", "--workload", "lsat-ar", "--R", "32", "--jitter", "-1"], "--jitter"),
+    (["gradcode", "study", "--time-limit", "-2"], "--time-limit"),
+    (["gradcode", "place", "--scheme", "solver", "--n", "6", "--s", "1", "--time-limit", "-1"], "--time-limit"),
+    (["gradcode", "simulate", "--scheme", "fr", "--n", "6", "--s", "1", "--delay", "gamma"], "--delay"),
+    (["gradcode", "simulate", "--scheme", "fr", "--n", "6", "--s", "1", "--mean", "-1"], "--mean"),
+]
+
+
+@pytest.mark.parametrize("args,option", CASES, ids=[" ".join(a[:2]) + " " + o for a, o in CASES])
+def test_bad_option_is_one_line_exit_2(args, option, tmp_path):
+    proc = run_cli(*args, "--out", tmp_path / "out") if args[0] in ("study", "pareto", "compare") else run_cli(*args)
+    assert_input_error(proc, option)
+    assert not (tmp_path / "out").exists()

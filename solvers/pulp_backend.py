@@ -1,5 +1,5 @@
 """PuLP solver set-up shared by the MILP models: HiGHS (in-process, with MIP starts and its
-start-up banner kept off stdout) or CBC, whichever is available."""
+start-up banner silenced) or CBC, whichever is available."""
 from __future__ import annotations
 
 import ctypes
@@ -25,25 +25,28 @@ class _HiGHS(pulp.HiGHS):
 
 
 @lru_cache(maxsize=None)
-def _highs_banner_to_stderr() -> None:
+def _highs_banner_off() -> None:
     """HiGHS prints a banner on C stdout when the process makes its first Highs object, before
-    ``output_flag`` can be cleared: make that first one with stdout pointing at stderr, so that
-    stdout carries only results (the CLI prints its JSON there)."""
+    ``output_flag`` can be cleared: make that first one with stdout pointing at /dev/null, so
+    that stdout carries only results (the CLI prints its JSON there) and a bench of hundreds of
+    runs does not print it hundreds of times. The HiGHS version is in every SolveResult."""
     import highspy
     sys.stdout.flush()
     saved = os.dup(1)
-    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
     try:
         highspy.Highs()
         ctypes.CDLL(None).fflush(None)
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        os.close(devnull)
 
 
 def make_solver(backend: str, *, time_limit, threads, seed, warm: bool):
     if backend == "highs":
-        _highs_banner_to_stderr()
+        _highs_banner_off()
         return _HiGHS(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL, random_seed=seed)
     # CBC is deterministic by default and its randomCbcSeed 0 means "seed from the clock"
     options = [f"randomCbcSeed {seed}"] if seed else []

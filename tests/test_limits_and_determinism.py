@@ -54,6 +54,7 @@ def test_time_limit_is_honoured_with_best_plan(system, solver):
     assert r.plan is not None and r.quality.value != "none", r.message
     if (system, solver) in EXACT:
         assert r.termination.value == "time_limit", r.message
+    if r.termination.value == "time_limit":        # exact solvers and NSGA-II: the gap to a bound
         assert r.gap is not None and 0 < r.gap < 1
     # limit x 1.1 plus start-up (first imports, the final re-scoring by the evaluator), the
     # same allowance as the bench's hard kill; generous for a loaded 2-core CI machine

@@ -225,6 +225,29 @@ def _completeness(suite: dict, recorded: int) -> str:
             f"command resumes with the {planned - recorded} missing runs.")
 
 
+def limits_section(records: list[dict]) -> list[str]:
+    """How closely each solver kept its time limit: the longest solve (``wall_time_s``, the
+    solver call itself, without the process start) over its limit, per system and solver."""
+    rows = defaultdict(list)
+    for r in records:
+        if r.get("time_limit") and r.get("wall_time_s") is not None:
+            rows[r["system"], r["solver"]].append(r)
+    if not rows:
+        return []
+    lines = ["## Time limits", "",
+             "Longest solve over its limit per solver (the solver call, start-up excluded); "
+             "`at limit`: runs stopped by their limit.", "",
+             "| system | solver | runs | at limit | longest solve / limit | longest overrun (s) |",
+             "|---|---|---|---|---|---|"]
+    for (system, solver), rs in sorted(rows.items()):
+        worst = max(rs, key=lambda r: r["wall_time_s"] / r["time_limit"])
+        over = max(r["wall_time_s"] - r["time_limit"] for r in rs)
+        stopped = sum(r["termination"] == "time_limit" for r in rs)
+        lines.append(f"| {system} | {solver} | {len(rs)} | {stopped} | "
+                     f"{worst['wall_time_s'] / worst['time_limit']:.2f} | {max(0.0, over):.2f} |")
+    return lines + [""]
+
+
 def write_report(results_dir: Path) -> str:
     records_path = results_dir / RECORDS
     if not records_path.exists():
@@ -250,6 +273,7 @@ def write_report(results_dir: Path) -> str:
         for system, rs in by_system.items():
             section = SECTIONS.get(system)
             lines += section(rs, stage) if section else [f"## {system}", "", "(no report section)", ""]
+        lines += limits_section(records)
         errors = [r for r in records if r["termination"] == "error" or str(r.get("message", "")).startswith("killed")]
         if errors:
             lines += ["## Runs that failed or were stopped", ""]

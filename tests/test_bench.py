@@ -135,3 +135,16 @@ def test_cli_bench_resumes_unless_fresh(tmp_path):
     assert "(1 already recorded, 0 run now)" in again.stdout
     assert "(0 already recorded, 1 run now)" in fresh.stdout
     assert len(read_records(out / "runs.jsonl")) == 1
+
+
+def test_time_limit_section_reports_the_worst_solve_per_solver():
+    from pipeplan.report import limits_section
+
+    def rec(solver, wall, term="completed"):
+        return {"system": "mapping", "instance": "x", "solver": solver, "seed": 0, "time_limit": 10.0,
+                "termination": term, "wall_time_s": wall}
+    lines = limits_section([rec("cpsat", 10.4, "time_limit"), rec("cpsat", 2.0, "optimal"), rec("heft", 0.1)])
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:7]] for line in lines
+            if line.startswith("| mapping")}
+    assert rows["cpsat"] == ["2", "1", "1.04", "0.40"]
+    assert rows["heft"] == ["1", "0", "0.01", "0.00"]

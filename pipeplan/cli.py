@@ -270,8 +270,7 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
 
     if engine not in ("local", "ray"):
         raise InputError("--engine", "", f"unknown engine {engine!r} (local, ray)")
-    if time_limit is not None and not time_limit > 0:
-        raise InputError("--time-limit", "", "must be positive")
+    check_limits(time_limit)
     suite_file, spec = load_suite(suite)
     plan_runs(spec, time_limit, str(suite_file))  # validate every group before creating any folder
     folder = out or Path("results") / Path(suite).stem

@@ -207,7 +207,11 @@ class Reader:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(fld, f"expected a number, got {value!r}")
-        if math.isnan(value) or math.isinf(value):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:          # an integer beyond float range
+            finite = False
+        if not finite:
             raise self.fail(fld, f"not a finite number: {value!r}")
         if value < 0:
             raise self.fail(fld, f"negative value {value!r}")

@@ -5,7 +5,6 @@ Plain frozen data; no solver code. Units are ONNX operators or blocks of them; t
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import networkx as nx
 
 from pipeplan.errors import InputError
-from pipeplan.profiles.format import Profile
+from pipeplan.profiles.format import Profile, Reader
 
 
 @dataclass(frozen=True)
@@ -32,12 +31,6 @@ class Edge:
     bytes: float | None = None
 
 
-def _check_size(where: str, field_name: str, value: Any) -> None:
-    """A flop count or byte size: a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InputError(where, field_name, f"expected a finite number >= 0, got {value!r}")
-
-
 @dataclass(frozen=True)
 class MappingProblem:
     """``units`` are listed in a topological order; the profile lists the same units in the
@@ -54,6 +47,7 @@ class MappingProblem:
 
     def __post_init__(self):
         where = self.source or self.name
+        sizes = Reader(where)      # flop counts and byte sizes: finite numbers >= 0
         names = [u.name for u in self.units]
         seen: set[str] = set()
         for i, u in enumerate(self.units):
@@ -61,7 +55,7 @@ class MappingProblem:
                 raise InputError(where, f"graph.units[{i}].name", f"duplicate unit name {u.name!r}")
             seen.add(u.name)
             for attr in ("flops", "param_bytes", "out_bytes"):
-                _check_size(where, f"graph.units[{i}].{attr}", getattr(u, attr))
+                sizes.number(getattr(u, attr), f"graph.units[{i}].{attr}")
         index = {n: i for i, n in enumerate(names)}
         for i, e in enumerate(self.edges):
             for end in (e.src, e.dst):
@@ -71,7 +65,7 @@ class MappingProblem:
                 raise InputError(where, f"graph.edges[{i}]",
                                  f"edge {e.src}->{e.dst} goes against the unit order (cycle or unsorted units)")
             if e.bytes is not None:
-                _check_size(where, f"graph.edges[{i}].bytes", e.bytes)
+                sizes.number(e.bytes, f"graph.edges[{i}].bytes")
         if tuple(names) != self.profile.units:
             missing = sorted(set(names) - set(self.profile.units))
             extra = sorted(set(self.profile.units) - set(names))

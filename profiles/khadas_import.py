@@ -33,12 +33,11 @@ Decisions (also written into each file's ``notes``):
 from __future__ import annotations
 
 import ast
-import csv
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from pipeplan.io import write_atomic, write_json
+from pipeplan.io import read_csv, write_atomic, write_json
 from pipeplan.profiles.format import profile_from_dict
 
 SOURCE = ("Khadas VIM3 (Amlogic A311D) measurements, public repository Ehsan-aghapour/CO-UP-Profiling "
@@ -68,11 +67,17 @@ def _level_key(name: str) -> tuple:
     return tuple(int(x) for x in name.split(".")) if name != "max" else (10**9,)
 
 
+def _csv_dicts(path: Path) -> list[dict]:
+    """Rows of a measurement CSV as dicts keyed by its header (read with pipeplan.io's checks)."""
+    rows = read_csv(path, what="measurement CSV")
+    if not rows:
+        return []
+    header = rows[0][1]
+    return [dict(zip(header, cells)) for _, cells in rows[1:]]
+
+
 def _read_rows(path: Path):
-    with path.open(newline="") as fh:
-        for r in csv.DictReader(fh):
-            if r.get("Graph"):
-                yield r
+    return [r for r in _csv_dicts(path) if r.get("Graph")]
 
 
 def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: dict,
@@ -170,39 +175,43 @@ def _freq_spec(raw: str, order: str) -> str | None:
     return ",".join(".".join(str(x) for x in lv) if c == "G" else str(lv[0]) for c, lv in zip(order, parsed))
 
 
+# Random layer-switching runs of YOLOv3 (one-frame time only, no energy, no pipelined period):
+# a different campaign from the whole-network evaluations, kept out of evaluations.csv.
+SWITCHING_RUNS = "serial_YOLOv3_switching.csv"
+
+
 def _evaluations(src: Path) -> list[dict]:
     out = []
     for path in sorted((src / "evaluations").glob("*.csv")):
+        if path.name == SWITCHING_RUNS:
+            continue
         pipelined_file = path.name.startswith("pipelined")
-        with path.open(newline="") as fh:
-            for r in csv.DictReader(fh):
-                freq = _freq_spec(r["freq"], r["order"])
-                if freq is None:
-                    continue
-                latency, period = float(r["total_time"]), float(r["pipelinetime"])
-                multi_stage = any(a != b for a, b in zip(r["order"], r["order"][1:]))
-                mode = "pipelined" if (pipelined_file or period < latency * 0.999) and multi_stage else "serial"
-                graph = "Google-parapipe" if pipelined_file and r["graph"] == "Google" else r["graph"]
-                out.append({"instance": f"khadas-vim3/{graph}", "mapping": r["order"], "mode": mode,
-                            "freq": freq, "measured_period_ms": period, "measured_latency_ms": latency,
-                            "measured_energy_mj": float(r["total_e"]), "source_file": path.name})
+        for r in _csv_dicts(path):
+            freq = _freq_spec(r["freq"], r["order"])
+            if freq is None:
+                continue
+            latency, period = float(r["total_time"]), float(r["pipelinetime"])
+            multi_stage = any(a != b for a, b in zip(r["order"], r["order"][1:]))
+            mode = "pipelined" if (pipelined_file or period < latency * 0.999) and multi_stage else "serial"
+            graph = "Google-parapipe" if pipelined_file and r["graph"] == "Google" else r["graph"]
+            out.append({"instance": f"khadas-vim3/{graph}", "mapping": r["order"], "mode": mode,
+                        "freq": freq, "measured_period_ms": period, "measured_latency_ms": latency,
+                        "measured_energy_mj": float(r["total_e"]), "source_file": path.name})
     return out
 
 
 def import_khadas(src: Path, repo: Path) -> list[Path]:
     """Read the raw measurements under ``src`` and write the derived files into ``repo``."""
     transfers_raw: dict[tuple, list[float]] = defaultdict(list)
-    with (src / "transfers.csv").open(newline="") as fh:
-        for r in csv.DictReader(fh):
-            transfers_raw[(r["Graph"], int(r["Layer"]), r["Src"], r["Dest"])].append(float(r["Time"]))
+    for r in _csv_dicts(src / "transfers.csv"):
+        transfers_raw[(r["Graph"], int(r["Layer"]), r["Src"], r["Dest"])].append(float(r["Time"]))
     by_graph: dict[str, dict] = defaultdict(dict)
     pair_values: dict[str, list[float]] = defaultdict(list)
     for (g, layer, s, d), vals in transfers_raw.items():
         by_graph[g][(layer, s, d)] = statistics.median(vals)
         pair_values[f"{s}->{d}"].append(statistics.median(vals))
     pair_medians = {k: round(statistics.median(v), 6) for k, v in sorted(pair_values.items())}
-    with (src / "transfer_freq.csv").open(newline="") as fh:
-        transfer_power = statistics.median(float(r["transfer_power"]) for r in csv.DictReader(fh))
+    transfer_power = statistics.median(float(r["transfer_power"]) for r in _csv_dicts(src / "transfer_freq.csv"))
 
     written: list[Path] = []
     groups: list[tuple[str, list[dict], dict, str]] = []

@@ -1,42 +1,219 @@
-"""File helpers: JSON reading with clear errors, atomic writes (temp file, then rename) and
-staged result folders (every file of a command appears together, or none does)."""
+"""File helpers every loader and writer goes through.
+
+Reading: :func:`read_input` opens a user's file without following it into a FIFO, device or
+folder, refuses files above the size cap and remembers what was read (so no command writes its
+output over one of its own inputs); :func:`load_text`, :func:`load_json`, :func:`load_toml`,
+:func:`read_csv` and :func:`parse_number` build on it and turn every fault (bad encoding, too
+deep nesting (caught as the parser's RecursionError), a field past the csv limit, NaN or overflowing numbers) into one
+:class:`InputError` naming the file and the line or field.
+
+Writing: :func:`write_atomic` (temp file, then rename) and :func:`staged_folder` (every file of
+a command appears together, or none does) refuse outputs that are symlinks, folders, devices,
+FIFOs or one of the command's inputs, before anything is written.
+
+Size cap: ``PIPEPLAN_MAX_INPUT_MB`` (default 512 MiB) for any single input file.
+"""
 from __future__ import annotations
 
+import csv
 import json
+import math
 import os
 import shutil
+import stat
 import tempfile
+import tomllib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from pipeplan.errors import InputError
 
+DEFAULT_MAX_INPUT_MB = 512
+_INPUTS: set[tuple[int, int]] = set()     # (device, inode) of every file read by this process
+
+
+def max_input_bytes() -> int:
+    """The input size cap: ``PIPEPLAN_MAX_INPUT_MB`` (a positive number of MiB) or 512 MiB."""
+    raw = os.environ.get("PIPEPLAN_MAX_INPUT_MB", "")
+    if not raw:
+        return DEFAULT_MAX_INPUT_MB << 20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = float("nan")
+    if not (math.isfinite(mb) and mb > 0):
+        raise InputError("PIPEPLAN_MAX_INPUT_MB", "", f"must be a positive number of MiB, got {raw!r}")
+    return int(mb * (1 << 20))
+
+
+def _kind(mode: int) -> str:
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def note_input(path: str | Path) -> None:
+    """Remember ``path`` as an input of this command (for readers that open files themselves)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    _INPUTS.add((st.st_dev, st.st_ino))
+
+
+def read_input(path: str | Path, *, what: str = "file") -> bytes:
+    """The bytes of a user's regular file, at most the size cap. Opened non-blocking and checked
+    on the open descriptor, so a FIFO or device never hangs the command and a file swapped
+    between check and read is still checked."""
+    path = Path(path)
+    cap = max_input_bytes()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise InputError(str(path), "", f"is a folder, expected a {what}") from None
+    except OSError as exc:
+        raise InputError(str(path), "", f"cannot read {what} ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(str(path), "", f"is {_kind(st.st_mode)}, expected a {what}")
+        if st.st_size > cap:
+            raise InputError(str(path), "", f"{st.st_size} bytes is above the input size cap of {cap} bytes "
+                                            "(raise it with PIPEPLAN_MAX_INPUT_MB)")
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise InputError(str(path), "", f"grew past the input size cap of {cap} bytes while read")
+        _INPUTS.add((st.st_dev, st.st_ino))
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(str(path), "", f"cannot read {what} ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
+def load_text(path: str | Path, *, what: str = "file") -> str:
+    """A user's UTF-8 text file (a leading byte-order mark, as spreadsheets write, is dropped)."""
+    data = read_input(path, what=what)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), "", f"not a UTF-8 text file (byte {exc.start})") from None
+
 
 def load_json(path: str | Path) -> Any:
-    """Read a JSON file, turning I/O and syntax problems into :class:`InputError`."""
+    """Read a JSON file, turning I/O, size, nesting and syntax problems into :class:`InputError`."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(str(path), "", f"cannot read file ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "", "not a UTF-8 text file") from None
+    text = load_text(path, what="JSON file")
     if not text.strip():
         raise InputError(str(path), "", "empty file")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(str(path), f"line {exc.lineno}", f"invalid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InputError(str(path), "", "nested too deeply") from None
+
+
+def load_toml(path: str | Path) -> dict:
+    """Read a TOML file with the same checks as :func:`load_json`."""
+    path = Path(path)
+    text = load_text(path, what="TOML file")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(str(path), "", f"invalid TOML ({exc})") from None
+    except RecursionError:
+        raise InputError(str(path), "", "nested too deeply") from None
+
+
+def read_csv(path: str | Path, *, what: str = "CSV file") -> list[tuple[int, list[str]]]:
+    """Non-empty rows of a CSV file with the line each starts on; a field past the csv module's
+    size limit or a broken quote is an error naming the line (and the column, when it is a field
+    that is too long)."""
+    path = Path(path)
+    lines = load_text(path, what=what).splitlines()
+    reader = csv.reader(lines)
+    rows, start = [], 1
+    try:
+        for row in reader:
+            if any(c.strip() for c in row):
+                rows.append((start, row))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise InputError(str(path), _csv_fault(lines, start, len(rows)), f"unreadable CSV ({exc})") from None
+    return rows
+
+
+def _csv_fault(lines: list[str], line: int, good_rows: int) -> str:
+    """``line N`` of a row the csv module refused, with ``column C`` when one field is too long
+    (re-read without the field limit; the input size cap already bounds the memory)."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, sum(map(len, lines)) + 1))
+    try:
+        rows = [r for r in csv.reader(lines) if any(c.strip() for c in r)]
+    except csv.Error:
+        return f"line {line}"
+    finally:
+        csv.field_size_limit(limit)
+    if good_rows < len(rows):
+        for col, cell in enumerate(rows[good_rows], start=1):
+            if len(cell) > limit:
+                return f"line {line}: column {col}"
+    return f"line {line}"
+
+
+def parse_number(value: Any, source: str, field: str, *, integer: bool = False) -> float | int:
+    """A finite number from a CSV cell or JSON value; NaN, infinities, overflowing and
+    non-numeric text are one-line errors naming ``field`` (for CSV: ``line N: column``)."""
+    if isinstance(value, bool) or value is None:
+        raise InputError(source, field, f"not a number: {value!r}")
+    text = value.strip() if isinstance(value, str) else value
+    try:
+        number = float(text)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(source, field, f"not a number: {value!r}") from None
+    if not math.isfinite(number):
+        raise InputError(source, field, f"not a finite number: {value!r}")
+    if integer:
+        if number != int(number):
+            raise InputError(source, field, f"not a whole number: {value!r}")
+        return int(number)
+    return number
+
+
+def check_output(path: str | Path, *, folder: bool = False) -> Path:
+    """Refuse an output path that is a symlink, an existing thing of the wrong kind (a folder
+    where a file is expected, a file where a folder is, a device, FIFO or socket) or one of this
+    command's inputs, before anything is written. Returns ``path``."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise InputError(str(path), "", f"cannot write ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(str(path), "", "output is a symbolic link; give the real path")
+    if folder and not stat.S_ISDIR(st.st_mode):
+        raise InputError(str(path), "", f"output folder is {_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}")
+    if not folder and not stat.S_ISREG(st.st_mode):
+        raise InputError(str(path), "", f"output is {_kind(st.st_mode)}, expected a file (or a new name)")
+    if (st.st_dev, st.st_ino) in _INPUTS:
+        raise InputError(str(path), "", "output would overwrite an input of this command")
+    return path
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
-    so a reader never sees a half-written file and a crash leaves the old file intact."""
-    path = Path(path)
+    so a reader never sees a half-written file and a crash leaves the old file intact. The
+    temporary name is short and fixed in length, so any name the file system takes works."""
+    path = check_output(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=".pp-", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise InputError(str(path), "", f"cannot write ({exc.strerror or exc})") from None
     try:
@@ -44,6 +221,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             fh.write(data.encode() if isinstance(data, str) else data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(str(path), "", f"cannot write ({exc.strerror or exc})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -59,22 +239,37 @@ def staged_folder(out: str | Path) -> Iterator[Path]:
     """A temporary folder beside ``out`` for a command that writes several files: they are moved
     into ``out`` (created if needed) only when the block ends without an error, so a failure
     midway leaves ``out`` as it was (and creates nothing). Files already in ``out`` that the
-    command does not write again stay."""
-    out = Path(out)
+    command does not write again stay. Every destination is checked with :func:`check_output`
+    (and must stay inside ``out``) before the first file moves."""
+    out = check_output(out, folder=True)
     anchor = out.parent
     while not anchor.exists():         # stage in the nearest existing folder: same file system
         anchor = anchor.parent
     try:
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.stage.", dir=anchor))
+        stage = Path(tempfile.mkdtemp(prefix=".pp-stage-", dir=anchor))
     except OSError as exc:
         raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
     try:
         yield stage
         files = sorted(p for p in stage.rglob("*") if p.is_file())
-        for src in files:
-            dst = out / src.relative_to(stage)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dst)
-        out.mkdir(parents=True, exist_ok=True)
+        moves = [(src, out / src.relative_to(stage)) for src in files]
+        for _, dst in moves:
+            _check_inside(out, dst)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for src, dst in moves:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dst)
+        except OSError as exc:
+            raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _check_inside(out: Path, dst: Path) -> None:
+    """``dst`` may not be a link or special file, nor lie under a linked folder inside ``out``."""
+    check_output(dst)
+    folder = dst.parent
+    while folder != out:
+        check_output(folder, folder=True)
+        folder = folder.parent

@@ -10,7 +10,8 @@ import pytest
 from tests.cli_helpers import assert_input_error, run_cli
 
 CORPUS = Path(__file__).parent / "bad_inputs"
-CASES = tomllib.loads((CORPUS / "cases.toml").read_text())["case"]
+# cases.toml and any cases_<topic>.toml beside it
+CASES = [c for f in sorted(CORPUS.glob("cases*.toml")) for c in tomllib.loads(f.read_text())["case"]]
 
 
 def test_corpus_is_large_and_covers_every_format():

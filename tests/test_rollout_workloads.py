@@ -83,7 +83,7 @@ def test_trace_import_csv_and_jsonl(tmp_path):
 @pytest.mark.parametrize("rows, needle", [
     ("a,0,\na,1,4\n", "line 2: response_tokens: missing"),
     ("a,0,-3\na,1,4\n", "line 2: response_tokens: expected a non-negative whole number"),
-    ("a,0,2.5\na,1,4\n", "expected a non-negative whole number"),
+    ("a,0,2.5\na,1,4\n", "line 2: response_tokens: not a whole number"),
     ("a,0,x\na,1,4\n", "not a number"),
     ("a,0,3\na,1,4\nb,0,2\n", "K must be equal"),
 ])

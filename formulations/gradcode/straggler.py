@@ -19,12 +19,12 @@ Kinds (a worker straggles in a step with its own probability ``p_i`` from the pr
 """
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeplan.errors import InputError
+from pipeplan.io import parse_number, read_csv
 
 KINDS = ("none", "exponential", "shifted-exponential", "pareto", "markov", "trace")
 
@@ -73,26 +73,20 @@ class StragglerModel:
 def load_trace(path: str | Path) -> tuple[tuple[float, ...], ...]:
     """Rows of per-worker delays (s) from a CSV file; a first row that is not numeric is a header."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), "", f"cannot read delay trace ({getattr(exc, 'strerror', None) or exc})") from None
-    rows = [r for r in csv.reader(text.splitlines()) if any(c.strip() for c in r)]
-    if rows and not _numeric(rows[0][0]):
+    rows = read_csv(path, what="delay trace")
+    if rows and not _numeric(rows[0][1][0]):
         rows = rows[1:]
     if not rows:
         raise InputError(str(path), "", "delay trace has no data rows")
     out = []
-    width = len(rows[0])
-    for i, row in enumerate(rows, start=1):
+    width = len(rows[0][1])
+    for line, row in rows:
         if len(row) != width:
-            raise InputError(str(path), f"row {i}", f"{len(row)} columns, expected {width}")
-        try:
-            vals = tuple(float(c) for c in row)
-        except ValueError:
-            raise InputError(str(path), f"row {i}", f"not a number in {row!r}") from None
-        if not all(math.isfinite(v) and v >= 0 for v in vals):
-            raise InputError(str(path), f"row {i}", "delays must be finite and >= 0")
+            raise InputError(str(path), f"line {line}", f"{len(row)} columns, expected {width}")
+        vals = tuple(parse_number(c, str(path), f"line {line}: column {col}") for col, c in enumerate(row, start=1))
+        for col, v in enumerate(vals, start=1):
+            if v < 0:
+                raise InputError(str(path), f"line {line}: column {col}", f"delays must be >= 0, got {v}")
         out.append(vals)
     return tuple(out)
 

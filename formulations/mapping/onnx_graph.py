@@ -33,6 +33,7 @@ import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper, shape_inference
 
 from pipeplan.errors import InputError
+from pipeplan.io import read_input
 
 LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
                 "shufflenet", "squeezenet", "vgg19", "zfnet512")
@@ -70,10 +71,9 @@ def load_onnx(path: str | Path) -> nx.DiGraph:
 def read_model(path: str | Path) -> ModelProto:
     """Parse an ONNX file (external weight data is not needed and not loaded)."""
     source = str(path)
+    data = read_input(path, what="ONNX model")
     try:
-        model = onnx.load(source, load_external_data=False)
-    except OSError as exc:
-        raise InputError(source, "", f"cannot read file ({exc.strerror or exc})") from None
+        model = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf DecodeError and friends: the bytes are not a model
         raise InputError(source, "model", f"not a valid ONNX protobuf ({_brief(exc)})") from None
     if not model.graph.node:

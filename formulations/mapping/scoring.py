@@ -1,7 +1,6 @@
 """Scoring user-given mappings (``pipeplan evaluate``): mapping strings, plan files, CSV batches."""
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from pipeplan.errors import InputError
@@ -9,7 +8,7 @@ from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.measured import plan_for
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.io import load_json
+from pipeplan.io import load_json, read_csv
 
 BATCH_COLUMNS = ("mapping", "mode", "freq")
 
@@ -39,21 +38,15 @@ def evaluate_one(problem: MappingProblem, *, mapping: str | None, plan_file: Pat
 def evaluate_batch(problem: MappingProblem, path: Path) -> list[dict]:
     """Score every row of a CSV (columns mapping, mode, freq); all rows are validated before
     any result is returned, so a bad row yields an error and no partial output."""
-    try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            rows = list(reader)
-    except OSError as exc:
-        raise InputError(str(path), "", f"cannot read file ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "", "not a UTF-8 text file") from None
-    if not header:
+    lines = read_csv(path, what="batch CSV")
+    if not lines:
         raise InputError(str(path), "", "empty file")
+    header = [h.strip() for h in lines[0][1]]
     if "mapping" not in header:
         raise InputError(str(path), "mapping", "missing column (columns: mapping, mode, freq)")
+    rows = [(n, dict(zip(header, cells))) for n, cells in lines[1:]]
     out = []
-    for n, row in enumerate(rows, start=2):
+    for n, row in rows:
         where = f"{path}:{n}"
         mode = (row.get("mode") or "pipelined").strip()
         if mode not in ("pipelined", "serial"):

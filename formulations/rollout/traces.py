@@ -8,27 +8,23 @@ samples (K). A missing, non-integer or negative length is an error naming the li
 """
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 from pipeplan.errors import InputError
 from pipeplan.formulations.rollout.problem import RolloutProblem, problem_from_dict
 from pipeplan.formulations.rollout.workloads import make_round
-from pipeplan.io import load_json
+from pipeplan.io import load_json, load_text, parse_number, read_csv
 
 REQUIRED = ("prompt_id", "sample_id", "response_tokens")
 DEFAULT_PROMPT_TOKENS = 256
 
 
 def _rows(path: Path) -> list[tuple[int, dict]]:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), "", f"cannot read trace ({exc})") from None
-    if not text.strip():
-        raise InputError(str(path), "", "empty trace")
     if path.suffix == ".jsonl":
+        text = load_text(path, what="trace")
+        if not text.strip():
+            raise InputError(str(path), "", "empty trace")
         rows = []
         for n, line in enumerate(text.splitlines(), start=1):
             if line.strip():
@@ -36,29 +32,31 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise InputError(str(path), f"line {n}", f"invalid JSON ({exc.msg})") from None
+                except RecursionError:
+                    raise InputError(str(path), f"line {n}", "nested too deeply") from None
                 if not isinstance(row, dict):
                     raise InputError(str(path), f"line {n}", "expected a JSON object")
                 rows.append((n, row))
         return rows
-    reader = csv.DictReader(text.splitlines())
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    lines = read_csv(path, what="trace")
+    if not lines:
+        raise InputError(str(path), "", "empty trace")
+    header = lines[0][1]
+    missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise InputError(str(path), "header", f"missing column(s) {', '.join(missing)}")
-    return [(n, row) for n, row in enumerate(reader, start=2)]
+    return [(n, dict(zip(header, row))) for n, row in lines[1:]]
 
 
 def _count(path: Path, n: int, row: dict, key: str, *, positive: bool = False) -> int:
     value = row.get(key)
     if value is None or (isinstance(value, str) and not value.strip()):
         raise InputError(str(path), f"line {n}: {key}", "missing")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InputError(str(path), f"line {n}: {key}", f"not a number: {value!r}") from None
-    if number != int(number) or number < (1 if positive else 0):
+    number = parse_number(value, str(path), f"line {n}: {key}", integer=True)
+    if number < (1 if positive else 0):
         raise InputError(str(path), f"line {n}: {key}",
                          f"expected a {'positive' if positive else 'non-negative'} whole number, got {value!r}")
-    return int(number)
+    return number
 
 
 def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=None, jitter_groups: float = 0.0,

@@ -6,9 +6,14 @@ The model gets deterministic random weights first (:mod:`weights`; a no-op for a
 ``model_full.onnx``: the reference the executor checks every frame against. Sub-models are cut
 with ``onnx.utils.Extractor`` by their input and output tensor names.
 
+A model that keeps its weights in external files gets them inline first
+(:func:`~pipeplan.deploy.weights.inline_external_data`; each file must lie in the model's
+folder), so the export folder is self-contained.
+
 The export is atomic: everything is built in a temporary folder beside ``out`` and renamed to
-``out`` at the end, so an error leaves no partial export. An existing ``out`` is replaced only
-when it is empty or an earlier export (it holds a manifest.json).
+``out`` at the end, so an error leaves no partial export. Replacing ``out`` deletes what is in
+it, so an existing ``out`` is replaced only when it is an empty folder or an intact earlier
+export holding nothing else (:func:`_check_target`); a symlink, file, device or FIFO is refused.
 """
 from __future__ import annotations
 
@@ -25,16 +30,16 @@ import onnx
 from onnx import ModelProto, helper, shape_inference
 from onnx.utils import Extractor
 
-from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, sha256_of
+from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
 from pipeplan.deploy.partition import Group, branch_groups, check_plan
 from pipeplan.deploy.runtime import pu_runtime
-from pipeplan.deploy.weights import with_random_weights
+from pipeplan.deploy.weights import inline_external_data, with_random_weights
 from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, read_model
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
 from pipeplan.instances.catalog import PLATFORMS_DIR, load_mapping
-from pipeplan.io import load_json
+from pipeplan.io import check_output, load_json
 from pipeplan.profiles.roofline import load_platform
 
 REFERENCE_FILE = "model_full.onnx"
@@ -52,7 +57,7 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     plan_file, model_file, out = Path(plan_file), Path(model_file), Path(out)
     _check_target(out)
     plan = plan_from_dict(load_json(plan_file), str(plan_file))
-    model = read_model(model_file)
+    model = inline_external_data(read_model(model_file), model_file)
     g = graph_from_model(model, str(model_file))
     check_plan(plan, g, str(plan_file))
     instance_name = plan.instance or instance
@@ -189,14 +194,41 @@ def _export_group(extractor: Extractor, grp: Group, folder: Path, specs: dict, m
 
 
 def _check_target(out: Path) -> None:
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / MANIFEST_FILE).is_file())):
-        raise InputError(str(out), "", "exists and is not an earlier export (no manifest.json); "
-                         "choose another folder")
+    """Refuse ``out`` unless it is new, an empty folder or an earlier export that may be
+    replaced (:func:`_exported_names`). Links, files, devices and FIFOs are refused, never
+    written through or replaced."""
+    if out.parent.exists() and not out.parent.is_dir():
+        raise InputError(str(out), "", f"cannot write: {out.parent} is a file, not a folder")
+    check_output(out, folder=True)
+    if not out.exists():
+        return
+    try:
+        written = _exported_names(out)
+        entries = list(out.iterdir())
+    except OSError as exc:
+        raise InputError(str(out), "", f"cannot read the folder ({exc.strerror or exc})") from None
+    for entry in entries:
+        if entry.name not in written or entry.is_symlink() or not entry.is_file():
+            raise InputError(str(out), "", f"holds {entry.name!r}, which export does not write, so it is "
+                             "not an earlier export; choose another folder")
+
+
+def _exported_names(out: Path) -> set[str]:
+    """The entries an earlier export in ``out`` consists of: its manifest.json and the files it
+    names. The manifest must load as ``pipeplan run`` loads it (so every file it names is
+    inside ``out`` and unchanged since the export); an empty folder consists of nothing."""
+    if not any(out.iterdir()):
+        return set()
+    try:
+        m = load_manifest(out)
+    except InputError as exc:
+        raise InputError(str(out), "", f"not an earlier export ({exc}); choose another folder") from None
+    root = out.resolve()
+    files = [m.reference] + [g.path for stage in m.stages for g in stage.groups]
+    return {MANIFEST_FILE} | {str(f.relative_to(root)) for f in files}
 
 
 def _make_temp_folder(out: Path) -> Path:
-    if out.parent.exists() and not out.parent.is_dir():
-        raise InputError(str(out), "", f"cannot write: {out.parent} is a file, not a folder")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

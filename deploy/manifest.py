@@ -3,19 +3,28 @@ export`` writes and ``pipeplan run`` reads. README.md ("Deploying a plan") docum
 by field; :func:`load_manifest` checks the part the executor relies on, including that every
 sub-model file is the one exported (sha256), so a corrupt export fails with one line naming the
 file and field instead of a traceback in a worker thread.
+
+An export folder is untrusted input (it may come from elsewhere): every file the manifest names
+goes through :func:`inside_folder` before it is opened, sub-models that keep weights in external
+files are refused (ONNX Runtime would look for those files relative to the working directory),
+and ``session_config`` is an allow-list (:func:`pipeplan.deploy.runtime.check_session_config`).
 """
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import GraphProto, ModelProto, TensorProto
 
-from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION
-from pipeplan.io import load_json
+from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION, check_session_config
+from pipeplan.errors import InputError
+from pipeplan.io import load_json, read_input
 from pipeplan.profiles.format import Reader
 from pipeplan.profiles.roofline import MAX_THREADS
 
@@ -73,23 +82,73 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def inside_folder(folder: str | Path, name: Any, source: str, field: str) -> Path:
+    """``folder / name`` with every link followed, refused unless it lies inside ``folder``.
+    Checked before the file is opened, so a name from an untrusted folder ('../x', an absolute
+    path, a link pointing out) can neither read a file elsewhere nor reveal anything about it."""
+    if not isinstance(name, str) or not name:
+        raise InputError(source, field, f"expected a non-empty file name, got {name!r}")
+    root = Path(folder).resolve()
+    try:
+        path = (root / name).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:   # a link loop, a NUL byte
+        raise InputError(source, field, f"cannot resolve {name!r} ({exc})") from None
+    if path == root or not path.is_relative_to(root):
+        raise InputError(source, field, f"{name!r} is not a file inside {folder} (links followed); "
+                         "only files inside it are read")
+    return path
+
+
+def _tensors(graph: GraphProto) -> Iterator[TensorProto]:
+    """Every tensor stored in ``graph``: initializers (sparse ones too) and node attributes,
+    in subgraphs as well."""
+    sparse = list(graph.sparse_initializer)
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            sparse += [a.sparse_tensor] if a.HasField("sparse_tensor") else []
+            sparse += a.sparse_tensors
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _tensors(sub)
+    for s in sparse:
+        yield from (s.values, s.indices)
+
+
+def external_tensors(model: ModelProto) -> list[TensorProto]:
+    """The tensors of ``model`` whose data lies in an external file."""
+    return [t for t in _tensors(model.graph) if t.data_location == TensorProto.EXTERNAL]
+
+
+def _checked_model(r: Reader, folder: Path, spec: Any, fld: str) -> Path:
+    """The sub-model or reference file ``spec`` names: inside ``folder``, unchanged since the
+    export (sha256) and with its weights inline."""
+    spec = r.obj(spec, fld)
+    file = inside_folder(folder, r.get(spec, "file", fld), r.source, f"{fld}.file")
+    if not file.is_file():
+        raise r.fail(f"{fld}.file", f"missing file {file}")
+    data = read_input(file, what="ONNX model")
+    if hashlib.sha256(data).hexdigest() != r.get(spec, "sha256", fld):
+        raise r.fail(f"{fld}.sha256", f"{file.name} differs from the exported file (sha256)")
+    try:
+        external = external_tensors(onnx.load_model_from_string(data))
+    except Exception as exc:  # protobuf DecodeError and friends
+        raise r.fail(f"{fld}.file", f"{file.name} is not a valid ONNX model ({exc})") from None
+    if external:
+        raise r.fail(f"{fld}.file", f"{file.name} keeps tensor {external[0].name!r} in an external "
+                     "file; an export holds its weights inline")
+    return file
+
+
 def load_manifest(folder: str | Path) -> Manifest:
     folder = Path(folder)
-    path = folder / MANIFEST_FILE
-    source = str(path)
+    source = str(folder / MANIFEST_FILE)
     r = Reader(source)
-    doc = r.obj(load_json(path), "")
+    doc = r.obj(load_json(inside_folder(folder, MANIFEST_FILE, source, "")), "")
     if doc.get("schema") != MANIFEST_SCHEMA:
         raise r.fail("schema", f"expected {MANIFEST_SCHEMA!r}, got {doc.get('schema')!r}")
-
-    def checked_file(spec: Any, fld: str) -> Path:
-        spec = r.obj(spec, fld)
-        file = folder / r.string(r.get(spec, "file", fld), f"{fld}.file")
-        if not file.is_file():
-            raise r.fail(f"{fld}.file", f"missing file {file}")
-        if sha256_of(file) != r.get(spec, "sha256", fld):
-            raise r.fail(f"{fld}.sha256", f"{file.name} differs from the exported file (sha256)")
-        return file
 
     def tensors(value: Any, fld: str) -> tuple[TensorSpec, ...]:
         if not isinstance(value, list):
@@ -117,7 +176,7 @@ def load_manifest(folder: str | Path) -> Manifest:
             raise r.fail(fld, "expected a list of names")
         return tuple(value)
 
-    reference = checked_file(r.get(doc, "reference", ""), "reference")
+    reference = _checked_model(r, folder, r.get(doc, "reference", ""), "reference")
     session = r.obj(r.get(doc, "session", ""), "session")
     graph_optimization = session.get("graph_optimization")
     if not isinstance(graph_optimization, str) or graph_optimization not in GRAPH_OPTIMIZATION:
@@ -151,7 +210,8 @@ def load_manifest(folder: str | Path) -> Manifest:
             for d in deps:
                 if d not in earlier:
                     raise r.fail(f"{gfld}.depends_on", f"{d!r} is not an earlier group of the stage")
-            groups.append(GroupSpec(r.string(r.get(grp, "id", gfld), f"{gfld}.id"), pu, checked_file(grp, gfld),
+            groups.append(GroupSpec(r.string(r.get(grp, "id", gfld), f"{gfld}.id"), pu,
+                                    _checked_model(r, folder, grp, gfld),
                                     tuple(t.name for t in tensors(r.get(grp, "inputs", gfld), f"{gfld}.inputs")),
                                     tuple(t.name for t in tensors(r.get(grp, "outputs", gfld), f"{gfld}.outputs")),
                                     deps))
@@ -198,7 +258,6 @@ def _pu_runtime(r: Reader, spec: Any, fld: str) -> dict[str, Any]:
     if cores is not None and (not isinstance(cores, list) or not cores
                               or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < MAX_THREADS for c in cores)):
         raise r.fail(f"{fld}.cores", "expected null or a non-empty list of CPU ids")
-    config = r.obj(spec.get("session_config", {}), f"{fld}.session_config")
-    if not all(isinstance(v, str) for v in config.values()):
-        raise r.fail(f"{fld}.session_config", "expected string values")
+    config = check_session_config(r.obj(spec.get("session_config", {}), f"{fld}.session_config"),
+                                  threads, r.source, f"{fld}.session_config")
     return {"providers": providers, "intra_op_threads": threads, "cores": cores, "session_config": config}

@@ -16,16 +16,24 @@ Per PU the manifest records:
   has one ``;``-separated entry per extra thread, and ONNX Runtime counts processors from 1, so
   Linux CPU c is written c + 1. The calling thread (the executor's worker for the PU) is
   pinned with ``os.sched_setaffinity`` instead, where the OS offers it (Linux).
+
+An export folder is untrusted input, and some ONNX Runtime config entries name files that the
+session then writes (``session.collect_node_memory_stats_to_file``, an optimised-model path, ...).
+So ``session_config`` is an allow-list, :data:`SESSION_CONFIG`: entries that tune threads and
+arithmetic and cannot name a path, each with a check of its value; :func:`check_session_config`
+refuses anything else.
 """
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from typing import Any
 
 import onnxruntime as ort
 
 from pipeplan.errors import InputError
-from pipeplan.profiles.roofline import Platform
+from pipeplan.profiles.roofline import MAX_THREADS, Platform
 
 CPU_PROVIDER = "CPUExecutionProvider"
 AFFINITY_KEY = "session.intra_op_thread_affinities"
@@ -34,6 +42,72 @@ GRAPH_OPTIMIZATION = {"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
                       "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
                       "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                       "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+MAX_CONFIG_VALUE = 1024   # characters: ONNX Runtime refuses longer config values
+
+
+def _flag(value: str, threads: int) -> str | None:
+    return None if value in ("0", "1") else "expected \"0\" or \"1\""
+
+
+def _block_base(value: str, threads: int) -> str | None:
+    if re.fullmatch(r"[0-9]{1,4}", value) and int(value) <= MAX_THREADS:
+        return None
+    return f"expected an integer from 0 to {MAX_THREADS}"
+
+
+_PROCESSORS = re.compile(r"([0-9]{1,4})-([0-9]{1,4})|[0-9]{1,4}(,[0-9]{1,4})*")   # ASCII digits only, as ORT
+
+
+def _processor_ids(entry: str) -> list[int] | None:
+    """The processor ids of one affinity entry; None when it is malformed or a range runs backwards."""
+    match = _PROCESSORS.fullmatch(entry)
+    if not match:
+        return None
+    ids = [int(x) for x in re.split("[,-]", entry)]
+    return None if match.group(1) and ids[0] > ids[1] else ids
+
+
+def _affinities(value: str, threads: int) -> str | None:
+    """ONNX Runtime's format: one entry per extra intra-op thread (threads - 1), separated by
+    ``;``; an entry is ``a,b,c`` or a range ``a-b`` of processor ids counted from 1."""
+    entries = value.split(";")
+    if len(entries) != threads - 1:
+        return f"expected {threads - 1} ';'-separated entries (one per extra intra-op thread), got {len(entries)}"
+    for entry in entries:
+        ids = _processor_ids(entry)
+        if not ids or not all(1 <= i <= MAX_THREADS for i in ids):
+            return f"bad entry {entry!r}: expected processor ids 1 to {MAX_THREADS} as 'a,b,c' or 'a-b'"
+    return None
+
+
+# key -> check(value, intra-op threads) giving what is wrong, or None. None of them names a file.
+SESSION_CONFIG: dict[str, Callable[[str, int], str | None]] = {
+    AFFINITY_KEY: _affinities,
+    "session.intra_op.allow_spinning": _flag,
+    "session.inter_op.allow_spinning": _flag,
+    "session.force_spinning_stop": _flag,
+    "session.set_denormal_as_zero": _flag,
+    "session.disable_prepacking": _flag,
+    "session.enable_quant_qdq": _flag,
+    "optimization.enable_gelu_approximation": _flag,
+    "session.dynamic_block_base": _block_base,
+}
+
+
+def check_session_config(config: dict[str, Any], threads: int, source: str, field: str) -> dict[str, str]:
+    """``config`` (a manifest PU's ``session_config``) when every key is in
+    :data:`SESSION_CONFIG` and its value a string that passes the key's check."""
+    for key, value in config.items():
+        check = SESSION_CONFIG.get(key)
+        if check is None:
+            raise InputError(source, f"{field}.{key}", "not an allowed ONNX Runtime config entry "
+                             f"(allowed: {', '.join(SESSION_CONFIG)})")
+        if not isinstance(value, str) or len(value) > MAX_CONFIG_VALUE:
+            raise InputError(source, f"{field}.{key}", f"expected a string of at most {MAX_CONFIG_VALUE} characters")
+        fault = check(value, threads)
+        if fault:
+            raise InputError(source, f"{field}.{key}", f"{fault}, got {value[:40]!r}")
+    return config
 
 
 def pu_runtime(platform: Platform, pu: str, source: str) -> dict[str, Any]:

@@ -6,6 +6,11 @@ older step, and updates with the same ``protocol`` code as the simulated backend
 Straggling is injected: a worker sleeps its virtual reply time (computation + delay drawn from
 the problem's straggler model) times ``time_scale`` after computing, without blocking the
 actor (an async actor), so a late reply of step t arrives while step t+1 runs and is dropped.
+
+A local Ray started here runs without its dashboard (``include_dashboard=False``): nothing
+listens on a port beyond what Ray needs between its own processes. Start Ray yourself
+(``ray.init(include_dashboard=True)``) before training to have the dashboard; an already
+running Ray is used as it is.
 """
 from __future__ import annotations
 

@@ -6,10 +6,21 @@ the catalogue and the registry), seeds, a time limit per run, solver parameters.
 
 Reliability: each run executes in its own process, killed when it overruns its time limit
 (recorded as ``time_limit``); a crash is recorded as ``error`` with its message and the suite
-goes on. Every finished run is appended to ``runs.jsonl`` and flushed at once, so killing the
-bench loses no finished record, and a rerun skips the runs already recorded (resume). The
-engine is local processes by default, or Ray tasks (``--engine ray``) on a local Ray or an
-existing cluster (``RAY_ADDRESS``).
+goes on. Every finished run is appended to ``runs.jsonl`` as one line by one ``os.write`` on an
+``O_APPEND`` descriptor and fsynced, so killing the bench (or the machine) loses no finished
+record and leaves at most a torn last line, and a rerun skips the runs already recorded
+(resume). The engine is local processes by default, or Ray tasks (``--engine ray``) on a local
+Ray or an existing cluster (``RAY_ADDRESS``).
+
+Faults: a damaged last line of ``runs.jsonl`` (not UTF-8 or not JSON: a crash mid-write) is set
+aside by the next bench, appended to ``runs.jsonl.damaged-<UTC time>`` beside it, with a one-line
+warning, and its run is redone; ``pipeplan report`` ignores it with a warning. A damaged line
+before the last is no crash signature and stays an error naming the line. One bench at a time
+per results folder: ``bench.lock`` there, created with ``O_CREAT|O_EXCL`` and holding the owner's
+pid, host and boot id, refuses a second bench; a lock whose owner is gone (same host, pid not
+alive or another boot) is taken over with a warning; the lock is removed when the bench ends,
+by error and Ctrl-C too. Everything that can be refused (the suite, a run selected twice, the
+engine, the results folder) is checked before anything is written.
 """
 from __future__ import annotations
 
@@ -17,10 +28,11 @@ import fnmatch
 import json
 import multiprocessing as mp
 import os
+import socket
+import sys
 import time
-import tomllib
 import traceback
-import warnings
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,10 +40,11 @@ from typing import Callable
 
 from pipeplan.errors import InputError
 from pipeplan.instances.catalog import INSTANCES_DIR
-from pipeplan.io import write_json
+from pipeplan.io import check_output, load_toml, read_input, write_json
 
 SUITES_DIR = INSTANCES_DIR / "suites"
 RECORDS = "runs.jsonl"
+LOCK = "bench.lock"
 SYSTEMS = ("mapping", "gradcode", "rollout")
 GRACE_S = 10.0  # start-up allowance on top of a run's time limit before it is killed
 RAY_START_S = 30.0  # Ray starts worker processes lazily: extra allowance for a task's first start
@@ -68,14 +81,15 @@ def catalogue(system: str) -> tuple[Callable[[], list[str]], Callable[[str], obj
 
 
 def load_suite(name: str) -> tuple[Path, dict]:
-    path = Path(name) if name.endswith(".toml") else SUITES_DIR / f"{name}.toml"
-    if not path.exists():
+    """A suite by name (instances/suites/<name>.toml) or by path (a name ending in .toml or
+    holding a path separator), read through pipeplan.io (a folder, FIFO, oversized or
+    non-UTF-8 file is an InputError) and checked group by group."""
+    is_path = name.endswith(".toml") or "/" in name or os.sep in name
+    path = Path(name) if is_path else SUITES_DIR / f"{name}.toml"
+    if not is_path and not path.exists():
         known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.toml")))
         raise InputError(name, "--suite", f"unknown suite (known: {known})")
-    try:
-        suite = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(str(path), "", f"invalid TOML ({exc})") from None
+    suite = load_toml(path)
     unknown = [k for k in suite if k not in SYSTEMS and k != "description"]
     if unknown:
         raise InputError(str(path), unknown[0], f"unknown section (expected description, {', '.join(SYSTEMS)})")
@@ -97,6 +111,9 @@ def load_suite(name: str) -> tuple[Path, dict]:
             seeds = g.get("seeds", [0])
             if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
                 raise InputError(str(path), f"{where}.seeds", "expected a list of integers")
+            repeated = sorted({x for x in seeds if seeds.count(x) > 1})
+            if repeated:
+                raise InputError(str(path), f"{where}.seeds", f"seed {repeated[0]} is listed twice")
             if not isinstance(g.get("params", {}), dict):
                 raise InputError(str(path), f"{where}.params", "expected a table of solver parameters")
         suite[system] = blocks
@@ -108,10 +125,12 @@ def _select(patterns: list[str], names: list[str]) -> list[str]:
 
 
 def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite") -> list[Run]:
-    """Every run of the suite in order; ``time_limit`` overrides the groups' limits."""
+    """Every run of the suite in order; ``time_limit`` overrides the groups' limits. A run that
+    two groups both select (overlapping patterns) is refused: it would run twice."""
     from pipeplan.registry import solvers
 
     runs: list[Run] = []
+    planned: dict[str, str] = {}   # run key -> the group that selected it
     for system in SYSTEMS:
         if system not in suite:
             continue
@@ -129,8 +148,13 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
             for inst in instances:
                 for solver in chosen:
                     for seed in g.get("seeds", [0]):
-                        runs.append(Run(system, inst, solver, seed, time_limit or float(g.get("time_limit", 30.0)),
-                                        dict(g.get("params", {}))))
+                        run = Run(system, inst, solver, seed, time_limit or float(g.get("time_limit", 30.0)),
+                                  dict(g.get("params", {})))
+                        if run.key in planned:
+                            raise InputError(source, f"{system}[{i}]", f"{inst} x {solver} x seed {seed} is "
+                                             f"already selected by {planned[run.key]} (each run once)")
+                        planned[run.key] = f"{system}[{i}]"
+                        runs.append(run)
     return runs
 
 
@@ -211,19 +235,24 @@ def run_local(runs: list[Run], jobs: int, on_record: Callable[[dict], None], gra
         active = still
 
 
-def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace_s: float = GRACE_S) -> None:
-    """The same runs as Ray tasks (local Ray, or the cluster at RAY_ADDRESS); records stream back
-    as tasks finish; a task past its limit + grace (+ Ray's worker start-up allowance, since the
-    clock runs from submission) is cancelled and recorded as time_limit."""
+def _ray():
     try:
         import ray
     except ImportError:
         raise InputError("--engine", "ray", "Ray is not installed (pip install 'pipeplan[ray]')") from None
+    return ray
+
+
+def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace_s: float = GRACE_S) -> None:
+    """The same runs as Ray tasks (local Ray, or the cluster at RAY_ADDRESS); records stream back
+    as tasks finish; a task past its limit + grace (+ Ray's worker start-up allowance, since the
+    clock runs from submission) is cancelled and recorded as time_limit."""
+    ray = _ray()
     started_here = not ray.is_initialized()
     if started_here:
         address = os.environ.get("RAY_ADDRESS")
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                 **({} if address else {"num_cpus": jobs}))
+                 **({} if address else {"num_cpus": jobs, "include_dashboard": False}))
     remote = ray.remote(num_cpus=1, max_retries=0)(execute)
     try:
         pending = list(runs)
@@ -251,78 +280,274 @@ def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace
             ray.shutdown()
 
 
-# ----------------------------------------------------------------------------- the suite
+# ----------------------------------------------------------------------------- the records
 
 RECORD_KEYS = ("system", "instance", "solver", "seed", "termination")
 
 
-def read_records(path: Path) -> list[dict]:
-    """Records of a runs.jsonl. A torn last line (the bench was killed mid-write) is ignored;
-    any other line that is not a record is an InputError naming it."""
+@dataclass(frozen=True)
+class Damage:
+    """The damaged last line of a runs.jsonl (a crash mid-write): its line number, where it
+    starts (bytes) and its bytes to the end of the file."""
+    line: int
+    offset: int
+    data: bytes
+
+
+def scan_records(path: Path) -> tuple[list[dict], Damage | None]:
+    """Records of a runs.jsonl and its damaged last line, if any. Only the last non-blank line
+    may be damaged (not UTF-8, not JSON: what a write cut short leaves); any line before it that
+    is not a run record, and a last line that is valid JSON but not a record, is an InputError
+    naming the line. A last record cut just before its newline is complete and kept."""
     if not path.exists():
-        return []
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), "", f"cannot read records ({getattr(exc, 'strerror', None) or exc})") from None
-    out = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if n == len(lines):
-                break
-            raise InputError(str(path), f"line {n}", f"invalid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise InputError(str(path), f"line {n}", "expected a JSON object")
-        missing = [k for k in RECORD_KEYS if k not in record]
-        if missing:
-            raise InputError(str(path), f"line {n}: {missing[0]}", "missing field of a run record")
-        out.append(record)
-    return out
+        return [], None
+    lines = read_input(path, what="bench record file").split(b"\n")
+    last = max((n for n, raw in enumerate(lines) if raw.strip()), default=-1)
+    out, offset = [], 0
+    for n, raw in enumerate(lines[:last + 1]):
+        where = f"line {n + 1}"
+        if raw.strip():
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                if n == last:
+                    return out, Damage(n + 1, offset, b"\n".join(lines[n:]))
+                why = f"invalid JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+                raise InputError(str(path), where, f"{why}; only a damaged last line is a crash to repair") from None
+            except RecursionError:
+                raise InputError(str(path), where, "nested too deeply") from None
+            except ValueError as exc:        # what a torn write cannot make, e.g. an integer too long
+                raise InputError(str(path), where, f"invalid JSON ({exc})") from None
+            if not isinstance(record, dict):
+                raise InputError(str(path), where, "expected a JSON object")
+            missing = [k for k in RECORD_KEYS if k not in record]
+            if missing:
+                raise InputError(str(path), f"{where}: {missing[0]}", "missing field of a run record")
+            out.append(record)
+        offset += len(raw) + 1
+    return out, None
+
+
+def read_records(path: Path) -> list[dict]:
+    """Records of a runs.jsonl, for readers (``pipeplan report``): a damaged last line is
+    ignored with a one-line warning (the next ``pipeplan bench`` on the folder sets it aside and
+    redoes its run); a damaged line before the last is an InputError (see :func:`scan_records`)."""
+    records, damage = scan_records(path)
+    if damage:
+        warn(str(path), f"line {damage.line}", f"damaged last line ignored ({len(damage.data)} bytes, a bench "
+                                                "killed mid-write); `pipeplan bench` on this folder repairs it")
+    return records
 
 
 def record_key(r: dict) -> str:
     return f"{r['system']}|{r['instance']}|{r['solver']}|{r['seed']}"
 
 
+def warn(source: str, field: str, message: str) -> None:
+    """One line ``warning: FILE: FIELD: message`` on stderr."""
+    print(f"warning: {InputError(source, field, message).one_line()}", file=sys.stderr, flush=True)
+
+
+def _set_aside(records_path: Path, fd: int, damage: Damage) -> None:
+    """Append the damaged bytes to runs.jsonl.damaged-<UTC time> (fsynced), then cut them off
+    runs.jsonl: a crash in between leaves them in both, never in neither."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside = records_path.with_name(f"{RECORDS}.damaged-{stamp}")
+    try:
+        afd = os.open(aside, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            if os.write(afd, damage.data) != len(damage.data):
+                raise OSError(0, "short write (disk full?)")
+            os.fsync(afd)
+        finally:
+            os.close(afd)
+        os.ftruncate(fd, damage.offset)
+        os.fsync(fd)
+    except OSError as exc:
+        raise InputError(str(aside), "", f"cannot set the damaged last line aside ({exc.strerror or exc})") from None
+    warn(str(records_path), f"line {damage.line}", f"set aside {len(damage.data)} damaged bytes (a bench killed "
+                                                   f"mid-write) in {aside}; their run is redone")
+
+
+def _append(records_path: Path, fd: int, data: bytes) -> None:
+    """One ``os.write`` of whole lines on the O_APPEND descriptor, then fsync: a crash leaves at
+    most a torn last line, which the next bench sets aside."""
+    try:
+        written = os.write(fd, data)
+        os.fsync(fd)
+    except OSError as exc:
+        raise InputError(str(records_path), "", f"cannot append a record ({exc.strerror or exc})") from None
+    if written != len(data):
+        raise InputError(str(records_path), "", f"short write ({written} of {len(data)} bytes; disk full?): "
+                                                "the next bench sets the torn line aside")
+
+
+@contextmanager
+def open_records(out: Path, *, fresh: bool = False):
+    """Under the folder's lock: ``(records, fd)`` where records are those of out/runs.jsonl (all
+    of them with ``fresh=False``, none with ``fresh=True``) and fd its O_APPEND descriptor; a
+    damaged last line is first set aside, and a last record cut just before its newline gets it."""
+    records_path = out / RECORDS
+    with bench_lock(out):
+        try:
+            if fresh:
+                records_path.unlink(missing_ok=True)
+            records, damage = scan_records(records_path)
+            fd = os.open(records_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise InputError(str(records_path), "", f"cannot write ({exc.strerror or exc})") from None
+        try:
+            if damage:
+                _set_aside(records_path, fd, damage)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                _append(records_path, fd, b"\n")
+            yield records, fd
+        finally:
+            os.close(fd)
+
+
+# ----------------------------------------------------------------------------- the lock
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _owner(lock: Path) -> tuple[dict | None, int]:
+    """(the lock's owner {pid, host, boot, started} or None when unreadable, its inode)."""
+    try:
+        with lock.open("rb") as fh:
+            ino, raw = os.fstat(fh.fileno()).st_ino, fh.read(4096)
+    except FileNotFoundError:
+        return None, -1
+    except OSError as exc:
+        raise InputError(str(lock), "", f"cannot read the lock ({exc.strerror or exc})") from None
+    try:
+        owner = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, ino
+    ok = (isinstance(owner, dict) and isinstance(owner.get("pid"), int) and not isinstance(owner["pid"], bool)
+          and owner["pid"] > 0 and isinstance(owner.get("host"), str))
+    return (owner if ok else None), ino
+
+
+def _gone(owner: dict) -> bool:
+    """The owner is known dead: on this host, from another boot or its pid not alive."""
+    if owner["host"] != socket.gethostname():
+        return False
+    if owner.get("boot") and owner["boot"] != _boot_id():
+        return True
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:   # alive, someone else's
+        return False
+    return False
+
+
+def _drop_stale(lock: Path, ino: int) -> None:
+    """Remove the stale lock of inode ``ino`` only: moved aside first, so a lock another bench
+    created meanwhile is put back, not deleted."""
+    aside = lock.with_name(f"{LOCK}.stale-{os.getpid()}")
+    try:
+        os.rename(lock, aside)
+        if os.stat(aside).st_ino != ino:
+            with suppress(FileExistsError):
+                os.link(aside, lock)
+        os.unlink(aside)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(str(lock), "", f"cannot take over the stale lock ({exc.strerror or exc})") from None
+
+
+@contextmanager
+def bench_lock(out: Path):
+    """Hold out/bench.lock for the block: created with O_CREAT|O_EXCL, holding this process's
+    pid, host and boot id; another live bench's lock is an InputError, a dead one's is taken over
+    with a warning; removed when the block ends, however it ends (error, Ctrl-C)."""
+    lock = out / LOCK
+    for attempt in range(2):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            break
+        except FileExistsError:
+            owner, ino = _owner(lock)
+        except OSError as exc:
+            raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
+        if attempt == 0 and (ino < 0 or (owner is not None and _gone(owner))):
+            if ino >= 0:
+                warn(str(lock), "", f"stale lock of pid {owner['pid']} (no longer running) taken over")
+                _drop_stale(lock, ino)
+            continue
+        if owner is None:
+            raise InputError(str(lock), "", "lock of another bench, unreadable or being written "
+                                            "(remove it if no bench runs)")
+        raise InputError(str(lock), "", f"another bench (pid {owner['pid']} on {owner['host']}, since "
+                                        f"{owner.get('started', '?')}) uses this folder; wait for it or give "
+                                        "another --out")
+    mine = os.fstat(fd).st_ino
+    try:
+        try:
+            os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "boot": _boot_id(),
+                                     "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}).encode())
+        finally:
+            os.close(fd)
+        yield lock
+    finally:
+        with suppress(OSError):
+            if os.stat(lock).st_ino == mine:
+                os.unlink(lock)
+
+
+# ----------------------------------------------------------------------------- the suite
+
+ENGINES = ("local", "ray")
+
+
 def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jobs: int = 1,
-              engine: str = "local", progress=None, grace_s: float = GRACE_S) -> dict:
-    """Run every run of the suite not yet in ``out/runs.jsonl``; returns counts."""
+              engine: str = "local", progress=None, grace_s: float = GRACE_S, fresh: bool = False) -> dict:
+    """Run every run of the suite not yet in ``out/runs.jsonl`` (every run with ``fresh``, which
+    forgets the records); returns counts. The suite, the engine (Ray importable) and the output
+    folder are checked before anything is created; the runs go on under the folder's lock."""
     path, suite = load_suite(suite_name)
     runs = plan_runs(suite, time_limit, str(path))
+    if engine not in ENGINES:
+        raise InputError("--engine", "", f"unknown engine {engine!r} ({', '.join(ENGINES)})")
+    if engine == "ray":
+        _ray()
     cores = os.cpu_count() or 1
     if jobs > cores:
-        warnings.warn(f"--jobs {jobs} exceeds the {cores} cores of this machine: runs will compete for CPU")
-    out.mkdir(parents=True, exist_ok=True)
+        warn("--jobs", "", f"{jobs} exceeds the {cores} cores of this machine: runs will compete for CPU")
+    check_output(out, folder=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(str(out), "", f"cannot create the results folder ({exc.strerror or exc})") from None
     records_path = out / RECORDS
-    done = {record_key(r) for r in read_records(records_path)}
-    todo = [r for r in runs if r.key not in done]
-    total, finished = len(runs), len(runs) - len(todo)
-    began = time.perf_counter()
-    write_json(out / "suite.json", {
-        "suite": suite_name, "source": str(path), "engine": engine, "jobs": jobs,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine()})
-    with records_path.open("a") as fh:
+    with open_records(out, fresh=fresh) as (records, fd):
+        done = {record_key(r) for r in records}
+        todo = [r for r in runs if r.key not in done]
+        total, finished = len(runs), len(runs) - len(todo)
+        began = time.perf_counter()
+        write_json(out / "suite.json", {
+            "suite": suite_name, "source": str(path), "engine": engine, "jobs": jobs,
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine()})
+
         def on_record(record: dict) -> None:
             nonlocal finished
-            fh.write(json.dumps(record) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+            _append(records_path, fd, (json.dumps(record) + "\n").encode())
             finished += 1
             if progress:
                 progress(finished, total, f"{record['system']} {record['instance']} {record['solver']}")
 
         if progress:
             progress(finished, total, "")
-        if engine == "local":
-            run_local(todo, jobs, on_record, grace_s)
-        elif engine == "ray":
-            run_ray(todo, jobs, on_record, grace_s)
-        else:
-            raise InputError("--engine", "", f"unknown engine {engine!r} (local, ray)")
+        (run_local if engine == "local" else run_ray)(todo, jobs, on_record, grace_s)
     return {"runs": total, "skipped": total - len(todo), "ran": len(todo),
             "wall_time_s": time.perf_counter() - began}
 

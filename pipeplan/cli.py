@@ -274,10 +274,9 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
     suite_file, spec = load_suite(suite)
     plan_runs(spec, time_limit, str(suite_file))  # validate every group before creating any folder
     folder = out or Path("results") / Path(suite).stem
-    if fresh:
-        (folder / "runs.jsonl").unlink(missing_ok=True)
     with _progress(f"bench {suite}") as progress:
-        counts = run_suite(suite, folder, time_limit=time_limit, jobs=jobs, engine=engine, progress=progress)
+        counts = run_suite(suite, folder, time_limit=time_limit, jobs=jobs, engine=engine, progress=progress,
+                           fresh=fresh)
     write_report(folder)
     typer.echo(f"{counts['runs']} runs ({counts['skipped']} already recorded, {counts['ran']} run now) in "
                f"{counts['wall_time_s']:.0f} s -> {folder}/runs.jsonl, report.md, summary.csv")

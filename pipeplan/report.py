@@ -249,6 +249,12 @@ def limits_section(records: list[dict]) -> list[str]:
 
 
 def write_report(results_dir: Path) -> str:
+    """Write summary.csv, report.md and the plots of a bench folder; returns report.md.
+
+    A damaged last line of runs.jsonl (a bench killed mid-write) is ignored with a one-line
+    warning, not refused: the report never changes runs.jsonl, and it may read a folder whose
+    bench is still appending; the next ``pipeplan bench`` on the folder sets the line aside and
+    redoes its run. A damaged line before the last is an error naming it (``read_records``)."""
     records_path = results_dir / RECORDS
     if not records_path.exists():
         raise InputError(str(results_dir), RECORDS, "no bench records here (run `pipeplan bench` first)")

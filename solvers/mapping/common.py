@@ -1,6 +1,10 @@
-"""Shared by the mapping solvers: re-score a plan with the evaluator and wrap it in a result."""
+"""Shared by the mapping solvers: re-score a plan with the evaluator and wrap it in a result;
+the deadline a solver searches to; transfer times of every edge as one array."""
 from __future__ import annotations
 
+import numpy as np
+
+from pipeplan.deadline import Deadline
 from pipeplan.formulations.mapping.bounds import lower_bounds
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan
@@ -8,6 +12,43 @@ from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.result import Quality, SolveResult, Termination
 
 OBJECTIVES = ("period", "latency", "energy")
+# Seconds per unit that a solver keeps for its last steps after it stops searching: scoring the
+# plan (the checker, the evaluator, the lower bounds: about 0.6 s at 20,000 units on one loaded
+# core) and freeing a model whose building the deadline cut (up to 0.8 s more). A solver stops
+# searching this long before its time limit, so that its result still comes back in time.
+RESCORE_S_PER_UNIT = 7e-5
+
+
+def search_deadline(time_limit: float | None, problem: MappingProblem) -> Deadline:
+    """The time limit less the final scoring's share, from now (a solver makes it on entry)."""
+    return Deadline(None if time_limit is None else max(0.0, time_limit - RESCORE_S_PER_UNIT * len(problem.units)))
+
+
+def paced(items, deadline: Deadline):
+    """``items`` one by one, checking ``deadline`` before each (raises OutOfTime past it)."""
+    for item in items:
+        deadline.check()
+        yield item
+
+
+def transfer_times(problem: MappingProblem) -> np.ndarray:
+    """``t[k, a, b]``: ms to hand edge k's tensor from PU a to PU b (PUs in profile order; 0 on
+    the diagonal), as ``Transfers.time_ms`` gives it, for all edges at once."""
+    tr = problem.profile.transfers
+    pus = list(problem.profile.pus)
+    mb = np.array([e.bytes or 0.0 for e in problem.edges])
+    out = np.zeros((len(problem.edges), len(pus), len(pus)))
+    for a, pa in enumerate(pus):
+        for b, pb in enumerate(pus):
+            if a != b:
+                link = tr.pairs.get(f"{pa}->{pb}", tr.default)
+                out[:, a, b] = link.fixed_ms + link.ms_per_mb * mb / 1e6
+    for k, e in enumerate(problem.edges):
+        for pair, t in tr.measured.get(e.src, {}).items():
+            pa, _, pb = pair.partition("->")
+            if pa != pb:
+                out[k, pus.index(pa), pus.index(pb)] = t
+    return out
 
 
 def objective_key(objective: str):

@@ -5,42 +5,72 @@ The primary objective is solved first; if it is proven optimal, a second solve m
 tie-break objective (by default latency for period, period for latency and energy; any other
 objective with ``tie_break=``, or none) with the primary held at its optimum. The returned
 plan is re-scored by the evaluator; the bound is CP-SAT's best bound of the primary objective.
+
+The time limit covers the warm start (at most half of it), building the model, the hint and
+both solves, less the final scoring's share (``common.search_deadline``); past it the warm
+start comes back with status time_limit.
 """
 from __future__ import annotations
 
-import time
-
-import pipeplan
+from pipeplan.deadline import Deadline, OutOfTime
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.registry import register
 from pipeplan.result import Quality, SolveResult, Termination
-from pipeplan.solvers.mapping.common import scored_result
+from pipeplan.solvers.mapping.common import scored_result, search_deadline
 from pipeplan.solvers.mapping.cpsat_model import AXES, TIE_BREAK, MappingCpModel, from_model, to_model
+from pipeplan.solvers.mapping.heft import heft_plan
+from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
+from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
 
-HEURISTICS = ("pipeline-dp", "heft", "single")
+HEURISTICS = ("pipeline-dp", "heft", "single")     # ties between their plans go to the first
 
 
-def best_heuristic_plan(problem, objective: str):
-    """The best plan of the cheap heuristics for ``objective`` (a warm start), or None."""
-    from pipeplan.formulations.mapping.plan import plan_from_dict
+def best_heuristic_plan(problem: MappingProblem, objective: str, deadline: Deadline | None = None) -> Plan:
+    """The best plan of the cheap heuristics for ``objective`` (a warm start, or what a solver
+    returns when its time runs out): HEFT, the best single PU and the pipeline DP (its best
+    pipeline by ``deadline``), as many as ``deadline`` allows, compared by the evaluator. When
+    time runs out before HEFT's plan is made: the whole network on its fastest PU, which costs
+    no evaluation."""
+    deadline = deadline or Deadline(None)
     key = AXES[objective]
-    results = [pipeplan.solve(problem, h) for h in HEURISTICS]
-    ok = [r for r in results if r.plan]
-    if not ok:
-        return None
-    return plan_from_dict(min(ok, key=lambda r: r.objectives[key]).plan)
+    try:
+        heft = heft_plan(problem, deadline)
+    except OutOfTime:
+        return fastest_pu_plan(problem)
+    found: dict[str, tuple[float, Plan]] = {}
+    try:
+        ev, plan = single_plan(problem, deadline=deadline)
+        found["single"] = (ev.objectives()[key], plan)
+    except ValueError:                   # no PU runs every unit
+        pass
+    except OutOfTime:
+        return heft
+    try:
+        plan, _ = pipeline_plan(problem, deadline=deadline)
+        found["pipeline-dp"] = (evaluate(problem, plan).objectives()[key], plan)
+    except (ValueError, OutOfTime):
+        pass
+    if not found:
+        return heft
+    found["heft"] = (evaluate(problem, heft).objectives()[key], heft)
+    return min((found[h][0], HEURISTICS.index(h), found[h][1]) for h in found)[2]
 
 
-def lexicographic(model: MappingCpModel, objective: str, *, time_limit, seed, threads, tie_break: str | None):
-    """Solve ``objective`` then ``tie_break`` (an axis, or None); returns (outcome, primary
-    optimum proven?, bound of the primary)."""
-    began = time.perf_counter()
-    first = model.solve(objective, time_limit=time_limit, seed=seed, threads=threads)
+def lexicographic(model: MappingCpModel, objective: str, *, deadline: Deadline, seed, threads,
+                  tie_break: str | None):
+    """Solve ``objective`` then ``tie_break`` (an axis, or None) within ``deadline``; returns
+    (outcome, primary optimum proven?, bound of the primary)."""
+    first = model.solve(objective, time_limit=deadline.remaining(floor=0.05), seed=seed, threads=threads)
     if first.status != "optimal" or not tie_break:
         return first, first.status == "optimal", first.bound
     model.add_upper_bound(objective, first.values[objective])
-    model.hint(first.plan)
-    left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - began))
-    second = model.solve(tie_break, time_limit=left, seed=seed, threads=threads)
+    try:
+        model.hint(first.plan)
+    except OutOfTime:
+        return first, True, first.bound
+    second = model.solve(tie_break, time_limit=deadline.remaining(floor=0.05), seed=seed, threads=threads)
     if second.status in ("optimal", "feasible"):
         return second, True, first.bound
     return first, True, first.bound
@@ -51,36 +81,45 @@ def lexicographic(model: MappingCpModel, objective: str, *, time_limit, seed, th
 def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: str = "period",
                 bounds: dict | None = None, shared_pus: bool = False, max_stages: int | None = None,
                 tie_break: str | None = "default", **_):
-    began = time.perf_counter()      # the time limit covers the model, the warm start and both solves
+    search = search_deadline(time_limit, problem)
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r}")
     tie_break = TIE_BREAK[objective] if tie_break == "default" else tie_break
     if tie_break is not None and (tie_break not in AXES or tie_break == objective):
         raise ValueError(f"tie_break must be another objective among {', '.join(AXES)}, or None")
-    model = MappingCpModel(problem, shared_pus=shared_pus, max_stages=max_stages)
-    for axis, value in (bounds or {}).items():
-        name = axis.split("_")[0]
-        if name not in AXES:
+    for axis in bounds or {}:
+        if axis.split("_")[0] not in AXES:
             raise ValueError(f"unknown bound {axis!r} (use period_ms, latency_ms, energy_mj)")
-        model.add_upper_bound(name, to_model(name, value))
-    start_plan = warm_start or best_heuristic_plan(problem, objective)
-    if start_plan is not None and not shared_pus:
-        model.hint(start_plan)
-    left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - began))
-    outcome, proven, bound = lexicographic(model, objective, time_limit=left, seed=seed, threads=threads,
-                                           tie_break=tie_break)
+    left = search.remaining()
+    start_plan = warm_start or best_heuristic_plan(problem, objective, Deadline(None if left is None else left / 2))
     params = {"objective": objective, "bounds": bounds or {}, "shared_pus": shared_pus,
-              "max_stages": model.S, "tie_break": tie_break}
-    if outcome.plan is None and outcome.status != "infeasible" and start_plan is not None and not bounds:
-        # nothing better within the limit: the warm start is the best plan this run holds
-        return scored_result(problem, "cpsat", start_plan, objective=objective, termination=Termination.TIME_LIMIT,
-                             quality=Quality.FEASIBLE, params=params,
-                             message="no CP-SAT solution within the time limit; returning the warm start")
+              "max_stages": max_stages, "tie_break": tie_break}
+    try:
+        model = MappingCpModel(problem, shared_pus=shared_pus, max_stages=max_stages, deadline=search)
+        params["max_stages"] = model.S
+        for axis, value in (bounds or {}).items():
+            name = axis.split("_")[0]
+            model.add_upper_bound(name, to_model(name, value))
+        if not shared_pus:
+            model.hint(start_plan)
+        search.check()
+        outcome, proven, bound = lexicographic(model, objective, deadline=search, seed=seed, threads=threads,
+                                               tie_break=tie_break)
+    except OutOfTime:
+        outcome = None
+    if outcome is None or (outcome.plan is None and outcome.status != "infeasible"):
+        if not bounds:
+            # nothing better within the limit: the warm start is the best plan this run holds
+            why = ("the time limit passed while building the model" if outcome is None
+                   else "no CP-SAT solution within the time limit")
+            return scored_result(problem, "cpsat", start_plan, objective=objective,
+                                 termination=Termination.TIME_LIMIT, quality=Quality.FEASIBLE, params=params,
+                                 message=f"{why}; returning the warm start")
+        return SolveResult("mapping", problem.name, "cpsat", Termination.TIME_LIMIT, Quality.NONE, params=params,
+                           message="no plan found within the time limit")
     if outcome.plan is None:
-        termination = Termination.INFEASIBLE if outcome.status == "infeasible" else Termination.TIME_LIMIT
-        why = ("no plan meets the constraints" + (f" {bounds}" if bounds else "")
-               if outcome.status == "infeasible" else "no plan found within the time limit")
-        return SolveResult("mapping", problem.name, "cpsat", termination, Quality.NONE, params=params, message=why)
+        return SolveResult("mapping", problem.name, "cpsat", Termination.INFEASIBLE, Quality.NONE, params=params,
+                           message="no plan meets the constraints" + (f" {bounds}" if bounds else ""))
     key = AXES[objective]
     bound_dict = {key: from_model(objective, bound)} if bound is not None else None
     return scored_result(problem, "cpsat", outcome.plan, objective=objective,

@@ -16,15 +16,22 @@ restate the evaluator's rules (formulations/mapping/evaluator.py) in integers:
   (+ idle power over the rest of the period for ``per_pu`` profiles).
 
 The unit that reads the input is placed in stage 0 (as in the brute-force plan space).
+
+Building is linear in units x stages x PUs + edges x PU pairs and checks its ``deadline`` per
+unit and per edge: past it the builder (and :meth:`MappingCpModel.hint`) raises OutOfTime.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ortools.sat.python import cp_model
-
+from pipeplan.deadline import Deadline
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.solvers.mapping.common import paced, transfer_times
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 US = 1000.0      # model time unit: 1 us = 1e-3 ms
 NJ = 1000.0      # model energy unit: 1 nJ; ms x mW = uJ, so x 1000
@@ -53,7 +60,9 @@ class CpOutcome:
 
 
 class MappingCpModel:
-    def __init__(self, problem: MappingProblem, *, shared_pus: bool = False, max_stages: int | None = None):
+    def __init__(self, problem: MappingProblem, *, shared_pus: bool = False, max_stages: int | None = None,
+                 deadline: Deadline | None = None):
+        self.deadline = deadline = deadline or Deadline(None)
         self.problem = problem
         self.shared_pus = shared_pus
         prof = problem.profile
@@ -62,6 +71,7 @@ class MappingCpModel:
         self.units = units
         k = len(self.pus)
         self.S = S = max(1, min(max_stages or (k + 1 if shared_pus else k), len(units)))
+        from ortools.sat.python import cp_model    # here, so that the registry loads without it
         m = self.m = cp_model.CpModel()
         idx = problem.index
 
@@ -76,25 +86,22 @@ class MappingCpModel:
 
         t_in = {p: phase(prof.input_stage, p) for p in self.pus}
         t_out = {p: phase(prof.output_stage, p) for p in self.pus}
-        xfer = {}
-        for e in problem.edges:
-            for a in runnable[e.src]:
-                for b in runnable[e.dst]:
-                    if a != b:
-                        t = prof.transfers.time_ms(e.src, a, b, e.bytes)
-                        if t > 0:
-                            xfer[(e, a, b)] = t
+        # xfer[k]: (a, b) -> ms of edge k's tensor from PU a to PU b, where both ends run and it costs time
+        pk = {p: i for i, p in enumerate(self.pus)}
+        xfer = [{(a, b): t for a in runnable[e.src] for b in runnable[e.dst] if a != b and (t := times[pk[a]][pk[b]]) > 0}
+                for e, times in paced(zip(problem.edges, transfer_times(problem).tolist()), deadline)]
         horizon = (sum(max(self.dur[(u, p)] for p in runnable[u]) for u in units)
-                   + sum(round(max((t for (e2, _, _), t in xfer.items() if e2 == e), default=0) * US) for e in problem.edges)
+                   + sum(round(max(x.values(), default=0) * US) for x in xfer)
                    + max(v[0] for v in t_in.values()) + max(v[0] for v in t_out.values()) + 1)
         self.horizon = horizon
 
         # --- assignment
-        self.x = {(u, s, p): m.NewBoolVar(f"x[{u},{s},{p}]") for u in units for s in range(S) for p in runnable[u]}
-        self.on = {(u, p): m.NewBoolVar(f"on[{u},{p}]") for u in units for p in runnable[u]}
+        self.x = {(u, s, p): m.NewBoolVar(f"x[{u},{s},{p}]") for u in paced(units, deadline) for s in range(S)
+                  for p in runnable[u]}
+        self.on = {(u, p): m.NewBoolVar(f"on[{u},{p}]") for u in paced(units, deadline) for p in runnable[u]}
         y = {(s, p): m.NewBoolVar(f"y[{s},{p}]") for s in range(S) for p in self.pus}
         used = [m.NewBoolVar(f"used[{s}]") for s in range(S)]
-        for u in units:
+        for u in paced(units, deadline):
             m.AddExactlyOne(self.x[(u, s, p)] for s in range(S) for p in runnable[u])
             for p in runnable[u]:
                 m.Add(self.on[(u, p)] == sum(self.x[(u, s, p)] for s in range(S)))
@@ -103,45 +110,46 @@ class MappingCpModel:
         for s in range(S):
             for p in self.pus:
                 m.AddImplication(y[(s, p)], used[s])
-            m.Add(used[s] <= sum(self.x[(u, s, p)] for u in units for p in runnable[u]))
+            m.Add(used[s] <= sum(self.x[(u, s, p)] for u in paced(units, deadline) for p in runnable[u]))
             if s + 1 < S:
                 m.AddImplication(used[s + 1], used[s])
         if not shared_pus:
             for p in self.pus:
                 m.AddAtMostOne(y[(s, p)] for s in range(S))
-        ins = {(u, s): sum(self.x[(u, s, p)] for p in runnable[u]) for u in units for s in range(S)}
-        st = {u: sum(s * ins[(u, s)] for s in range(1, S)) for u in units}
+        ins = {(u, s): sum(self.x[(u, s, p)] for p in runnable[u]) for u in paced(units, deadline) for s in range(S)}
+        st = {u: sum(s * ins[(u, s)] for s in range(1, S)) for u in paced(units, deadline)}
         first, last = units[0], units[-1]
         m.Add(ins[(first, 0)] == 1)
 
         # --- schedule inside stages
-        self.start = {u: m.NewIntVar(0, horizon, f"start[{u}]") for u in units}
-        end = {u: m.NewIntVar(0, horizon, f"end[{u}]") for u in units}
-        for u in units:
+        self.start = {u: m.NewIntVar(0, horizon, f"start[{u}]") for u in paced(units, deadline)}
+        end = {u: m.NewIntVar(0, horizon, f"end[{u}]") for u in paced(units, deadline)}
+        for u in paced(units, deadline):
             m.Add(end[u] == self.start[u] + sum(self.on[(u, p)] * self.dur[(u, p)] for p in runnable[u]))
         if shared_pus:
             for s in range(S):
                 for p in self.pus:
                     ivs = [m.NewOptionalFixedSizeIntervalVar(self.start[u], self.dur[(u, p)], self.x[(u, s, p)], f"iv[{u},{s},{p}]")
-                           for u in units if (u, p) in self.dur]
+                           for u in paced(units, deadline) if (u, p) in self.dur]
                     if len(ivs) > 1:
                         m.AddNoOverlap(ivs)
         else:
             for p in self.pus:
                 ivs = [m.NewOptionalFixedSizeIntervalVar(self.start[u], self.dur[(u, p)], self.on[(u, p)], f"iv[{u},{p}]")
-                       for u in units if (u, p) in self.dur]
+                       for u in paced(units, deadline) if (u, p) in self.dur]
                 if len(ivs) > 1:
                     m.AddNoOverlap(ivs)
 
         z = {}
         handoff: dict[tuple, cp_model.IntVar] = {}
+        handoff_ms: dict[tuple, float] = {}      # (unit, a, b) -> its longest out-edge transfer a -> b
         # ge[u, s] <=> unit u sits in stage s or later: monotone stages as clauses (strong propagation)
         ge = {}
-        for u in units:
+        for u in paced(units, deadline):
             for s in range(1, S):
                 ge[(u, s)] = m.NewBoolVar(f"ge[{u},{s}]")
                 m.Add(ge[(u, s)] == sum(ins[(u, s2)] for s2 in range(s, S)))
-        for e in problem.edges:
+        for e, x in paced(zip(problem.edges, xfer), deadline):
             m.Add(st[e.src] <= st[e.dst])
             for s in range(1, S):
                 m.AddImplication(ge[(e.src, s)], ge[(e.dst, s)])
@@ -149,14 +157,13 @@ class MappingCpModel:
             m.Add(st[e.src] == st[e.dst]).OnlyEnforceIf(same)
             m.Add(st[e.src] < st[e.dst]).OnlyEnforceIf(same.Not())
             terms = []
-            for (e2, a, b), t in xfer.items():
-                if e2 is not e:
-                    continue
+            for (a, b), t in x.items():
                 zv = m.NewBoolVar(f"z[{e.src},{e.dst},{a},{b}]")
                 m.AddBoolOr([self.on[(e.src, a)].Not(), self.on[(e.dst, b)].Not(), zv])
                 z[(e, a, b)] = zv
                 terms.append(round(t * US) * zv)
                 h = handoff.setdefault((e.src, a, b), m.NewBoolVar(f"h[{e.src},{a},{b}]"))
+                handoff_ms[(e.src, a, b)] = max(handoff_ms.get((e.src, a, b), t), t)
                 m.AddImplication(zv, h)
             delay = sum(terms)
             m.Add(self.start[e.dst] >= delay)
@@ -164,21 +171,22 @@ class MappingCpModel:
 
         in_time = sum(self.on[(first, p)] * t_in[p][0] for p in runnable[first])
         out_time = sum(self.on[(last, p)] * t_out[p][0] for p in runnable[last])
-        for u in units:
+        for u in paced(units, deadline):
             m.Add(self.start[u] >= in_time - horizon * (1 - ins[(u, 0)]))
 
         T = [m.NewIntVar(0, horizon, f"T[{s}]") for s in range(S)]
         for s in range(S):
-            for u in units:
+            for u in paced(units, deadline):
                 m.Add(T[s] >= end[u] - horizon * (1 - ins[(u, s)]))
             m.Add(T[s] >= end[last] + out_time - horizon * (1 - ins[(last, s)]))
         if problem.is_chain:
             # redundant but strong: on a chain the units of a stage run one after another
             for s in range(S):
-                load = sum(self.x[(u, s, p)] * self.dur[(u, p)] for u in units for p in runnable[u])
+                load = sum(self.x[(u, s, p)] * self.dur[(u, p)] for u in paced(units, deadline) for p in runnable[u])
                 m.Add(T[s] >= load + (in_time if s == 0 else 0))
         self.period = m.NewIntVar(0, horizon, "period")
-        busy = {p: sum(self.on[(u, p)] * self.dur[(u, p)] for u in units if (u, p) in self.dur) for p in self.pus}
+        busy = {p: sum(self.on[(u, p)] * self.dur[(u, p)] for u in paced(units, deadline) if (u, p) in self.dur)
+                for p in self.pus}
         for s in range(S):
             m.Add(self.period >= T[s])
         for p in self.pus:
@@ -188,7 +196,7 @@ class MappingCpModel:
 
         # --- energy (nJ)
         energy_terms = []
-        for u in units:
+        for u in paced(units, deadline):
             for p in runnable[u]:
                 e_nj = round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ)
                 energy_terms.append(e_nj * self.on[(u, p)])
@@ -197,9 +205,8 @@ class MappingCpModel:
         for p in runnable[last]:
             energy_terms.append(round(t_out[p][1] * NJ) * self.on[(last, p)])
         tr_power = prof.transfers.power_mw
-        for (u, a, b), h in handoff.items():
-            t = max(tt for (e2, aa, bb), tt in xfer.items() if e2.src == u and aa == a and bb == b)
-            energy_terms.append(round(t * tr_power * NJ) * h)
+        for key, h in handoff.items():
+            energy_terms.append(round(handoff_ms[key] * tr_power * NJ) * h)
         if prof.power_model == "per_pu":
             for p in self.pus:
                 idle = prof.pus[p].idle_power_mw
@@ -216,12 +223,14 @@ class MappingCpModel:
         self.m.Add(self.vars[axis] <= value_model_units)
 
     def hint(self, plan: Plan) -> None:
+        """Hint ``plan``'s placement; raises OutOfTime once the deadline has passed."""
         place = plan.placement()
         self.m.ClearHints()
-        for (u, s, p), var in self.x.items():
+        for (u, s, p), var in paced(self.x.items(), self.deadline):
             self.m.AddHint(var, 1 if place.get(u) == (s, p) else 0)
 
     def solve(self, objective: str, *, time_limit: float | None, seed: int, threads: int) -> CpOutcome:
+        from ortools.sat.python import cp_model
         self.m.Minimize(self.vars[objective])
         solver = cp_model.CpSolver()
         if time_limit is not None:

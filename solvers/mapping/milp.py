@@ -11,7 +11,8 @@ DVFS level. Time is continuous, in ms, measured from the start of each unit's st
   ``start[v] >= end[u] + transfer`` (big-M on ``same``).
 * Units with no path between them that may share a PU get an order binary and a big-M
   disjunction per shared PU; a path already orders the others (stages are monotone, so the
-  whole path lies in one stage).
+  whole path lies in one stage). Those pairs are found from descendant bitsets, so the model
+  grows with the pairs it holds (quadratic only where the graph is that wide).
 * Every unit of stage 0 starts after the input stage of the first unit's PU; ``T[s]`` covers
   every end in s, the last unit's end plus the output stage, and (as cuts) each PU's load in s
   and the work in s of each path of a path cover.
@@ -25,22 +26,26 @@ output): no stage of a semi-active schedule lasts longer, so ``start``/``end <= 
 
 The MILP's own values only steer the search: the plan is extracted (stages compacted, per-PU
 order from the start times) and re-scored by the evaluator.
+
+Building is pure Python (PuLP) and checks its deadline per unit, edge, pair and path: past it
+the builder raises OutOfTime and the solver returns its fallback plan.
 """
 from __future__ import annotations
 
 import heapq
 import math
 import time
-from itertools import combinations
 
 import networkx as nx
 import pulp
 
+from pipeplan.deadline import Deadline, OutOfTime
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.registry import register
 from pipeplan.result import Quality, SolveResult, Termination
-from pipeplan.solvers.mapping.common import objective_key, scored_result
+from pipeplan.solvers.mapping.common import objective_key, paced, scored_result, search_deadline, transfer_times
+from pipeplan.solvers.mapping.cpsat import best_heuristic_plan
 from pipeplan.solvers.pulp_backend import make_solver, pick_backend
 
 AXES = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}
@@ -48,17 +53,13 @@ TIE_BREAK = {"period": "latency", "latency": "period", "energy": "period"}
 TIE_SLACK = 1e-9        # the primary may exceed its optimum by this (relative and absolute)
 
 
-class OutOfTime(Exception):
-    """The deadline passed while the model was being built."""
-
-
 class MappingMilp:
     """The PuLP model of one problem; ``objectives`` maps period/latency/energy to expressions.
     Building it is pure Python and, on graphs of hundreds of operators, takes longer than many
-    time limits: past ``deadline`` (a ``time.perf_counter()`` value) it raises OutOfTime."""
+    time limits: past ``deadline`` it raises OutOfTime."""
 
-    def __init__(self, problem, *, max_stages: int | None = None, deadline: float | None = None):
-        self.deadline = deadline
+    def __init__(self, problem, *, max_stages: int | None = None, deadline: Deadline | None = None):
+        self.deadline = deadline = deadline or Deadline(None)
         self.problem = problem
         self.prof = prof = problem.profile
         self.pus = list(prof.pus)
@@ -68,69 +69,75 @@ class MappingMilp:
         self.run = [{p: t for p in self.pus if (t := prof.time(i, p, self.top[p])) is not None}
                     for i in range(self.n)]
         # transfer time of each edge per PU pair, only where both ends can run and it costs time
+        pk = {p: k for k, p in enumerate(self.pus)}
         self.xfer = [{(a, b): t for a in self.run[problem.index[e.src]] for b in self.run[problem.index[e.dst]]
-                      if a != b and (t := prof.transfers.time_ms(e.src, a, b, e.bytes)) > 0}
-                     for e in problem.edges]
+                      if a != b and (t := times[pk[a]][pk[b]]) > 0}
+                     for e, times in paced(zip(problem.edges, transfer_times(problem).tolist()), deadline)]
         self.t_in = {p: ph.time_ms if (ph := self.phase(prof.input_stage, p)) else 0.0 for p in self.pus}
         self.t_out = {p: ph.time_ms if (ph := self.phase(prof.output_stage, p)) else 0.0 for p in self.pus}
         self.H = (max(self.t_in.values()) + sum(max(r.values()) for r in self.run)
                   + sum(max(x.values(), default=0.0) for x in self.xfer) + max(self.t_out.values()))
         self.prob = pulp.LpProblem("mapping", pulp.LpMinimize)
+        self._on, self._in_stage, self._stage_of = {}, {}, {}
         for build in (self._placement, self._edges, self._parallel, self._stage_times):
-            self.check_deadline()
+            deadline.check()
             build()
         self.objectives = {"period": self.P, "latency": pulp.lpSum(self.T), "energy": self._energy()}
-
-    def check_deadline(self) -> None:
-        if self.deadline is not None and time.perf_counter() > self.deadline:
-            raise OutOfTime
 
     def phase(self, table, p):
         """The input or output phase of PU ``p`` at its top level, or None."""
         return table.get(p, {}).get(self.top[p])
 
+    # each expression is built once and only ever read (PuLP's operators copy their operands)
     def on(self, i: int, p: str):
-        return pulp.lpSum(self.x[i, s, p] for s in range(self.S) if (i, s, p) in self.x)
+        if (i, p) not in self._on:
+            self._on[i, p] = pulp.lpSum(self.x[i, s, p] for s in range(self.S) if (i, s, p) in self.x)
+        return self._on[i, p]
 
     def in_stage(self, i: int, s: int):
-        return pulp.lpSum(self.x[i, s, p] for p in self.run[i] if (i, s, p) in self.x)
+        if (i, s) not in self._in_stage:
+            self._in_stage[i, s] = pulp.lpSum(self.x[i, s, p] for p in self.run[i] if (i, s, p) in self.x)
+        return self._in_stage[i, s]
 
     def stage_of(self, i: int):
-        return pulp.lpSum(s * self.in_stage(i, s) for s in range(1, self.S))
+        if i not in self._stage_of:
+            self._stage_of[i] = pulp.lpSum(s * self.in_stage(i, s) for s in range(1, self.S))
+        return self._stage_of[i]
 
     def busy(self, p: str):
-        return pulp.lpSum(self.on(i, p) * r[p] for i, r in enumerate(self.run) if p in r)
+        return pulp.lpSum(self.on(i, p) * r[p] for i, r in paced(enumerate(self.run), self.deadline) if p in r)
 
     def _placement(self) -> None:
         """x, y, w; each unit placed once, each PU in at most one stage, used stages a prefix."""
-        m, S, n, pus, run = self.prob, self.S, self.n, self.pus, self.run
+        m, S, n, pus, run, deadline = self.prob, self.S, self.n, self.pus, self.run, self.deadline
         self.pk = pk = {p: k for k, p in enumerate(pus)}
         self.x = x = {(i, s, p): self.prob.add_variable(f"x_{i}_{s}_{pk[p]}", cat=pulp.LpBinary)
-                      for i in range(n) for s in range(S if i else 1) for p in run[i]}
+                      for i in paced(range(n), deadline) for s in range(S if i else 1) for p in run[i]}
         self.y = y = {(s, p): self.prob.add_variable(f"y_{s}_{pk[p]}", cat=pulp.LpBinary)
                       for s in range(S) for p in pus}
         self.w = w = [self.prob.add_variable(f"w_{s}", cat=pulp.LpBinary) for s in range(S)]
-        for i in range(n):
+        for i in paced(range(n), deadline):
             m += pulp.lpSum(self.in_stage(i, s) for s in range(S)) == 1
-        for (i, s, p), var in x.items():
+        for (i, s, p), var in paced(x.items(), deadline):
             m += var <= y[s, p]
         for s in range(S):
             for p in pus:
-                m += y[s, p] <= pulp.lpSum(x[i, s, p] for i in range(n) if (i, s, p) in x)
+                m += y[s, p] <= pulp.lpSum(x[i, s, p] for i in paced(range(n), deadline) if (i, s, p) in x)
                 m += y[s, p] <= w[s]
             m += w[s] <= pulp.lpSum(y[s, p] for p in pus)
             if s:
                 m += w[s] <= w[s - 1]
         for p in pus:
             m += pulp.lpSum(y[s, p] for s in range(S)) <= 1
-        self.start = [self.prob.add_variable(f"start_{i}", 0, self.H) for i in range(n)]
-        self.end = [self.start[i] + pulp.lpSum(self.on(i, p) * t for p, t in run[i].items()) for i in range(n)]
+        self.start = [self.prob.add_variable(f"start_{i}", 0, self.H) for i in paced(range(n), deadline)]
+        self.end = [self.start[i] + pulp.lpSum(self.on(i, p) * t for p, t in run[i].items())
+                    for i in paced(range(n), deadline)]
 
     def _edges(self) -> None:
         """Monotone stages, transfers (z), precedence inside a stage (same)."""
         m, idx, start, end = self.prob, self.problem.index, self.start, self.end
         self.same, self.z = [], {}
-        for k, e in enumerate(self.problem.edges):
+        for k, e in paced(enumerate(self.problem.edges), self.deadline):
             u, v = idx[e.src], idx[e.dst]
             same = self.prob.add_variable(f"same_{k}", cat=pulp.LpBinary)
             self.same.append(same)
@@ -147,31 +154,41 @@ class MappingMilp:
     def _parallel(self) -> None:
         """Units with no path between them: one order binary per pair, a disjunction per PU
         both can run on (they share it only inside one stage)."""
-        m, start, end, H = self.prob, self.start, self.end, self.H
-        reach = nx.transitive_closure_dag(self.problem.graph)
-        names = [u.name for u in self.problem.units]
+        m, start, end, H, n, deadline = self.prob, self.start, self.end, self.H, self.n, self.deadline
+        idx = self.problem.index
+        succs: list[list[int]] = [[] for _ in range(n)]
+        for e in self.problem.edges:
+            succs[idx[e.src]].append(idx[e.dst])
+        below = [0] * n          # bit j of below[i]: a path leads from unit i to unit j
+        for i in paced(reversed(range(n)), deadline):
+            for j in succs[i]:
+                below[i] |= below[j] | 1 << j
+        everything = (1 << n) - 1
         self.order = {}
-        for i, j in combinations(range(self.n), 2):
-            if j == i + 1:
-                self.check_deadline()
-            shared = [p for p in self.run[i] if p in self.run[j]]
-            if not shared or reach.has_edge(names[i], names[j]):
-                continue
-            o = self.order[i, j] = self.prob.add_variable(f"o_{i}_{j}", cat=pulp.LpBinary)
-            for p in shared:
-                apart = 2 - self.on(i, p) - self.on(j, p)
-                m += start[j] >= end[i] - H * (1 - o) - H * apart
-                m += start[i] >= end[j] - H * o - H * apart
+        for i in paced(range(n), deadline):
+            free = everything >> (i + 1) << (i + 1) & ~below[i]     # later units no path from i reaches
+            while free:
+                j = (free & -free).bit_length() - 1
+                free &= free - 1
+                shared = [p for p in self.run[i] if p in self.run[j]]
+                if not shared:
+                    continue
+                deadline.check()
+                o = self.order[i, j] = self.prob.add_variable(f"o_{i}_{j}", cat=pulp.LpBinary)
+                for p in shared:
+                    apart = 2 - self.on(i, p) - self.on(j, p)
+                    m += start[j] >= end[i] - H * (1 - o) - H * apart
+                    m += start[i] >= end[j] - H * o - H * apart
 
     def _stage_times(self) -> None:
         """T[s] and P: input before stage 0, every end, the output after the last unit."""
-        m, S, n, H, x, run = self.prob, self.S, self.n, self.H, self.x, self.run
+        m, S, n, H, x, run, deadline = self.prob, self.S, self.n, self.H, self.x, self.run, self.deadline
         self.T = T = [self.prob.add_variable(f"T_{s}", 0, H) for s in range(S)]
         self.P = P = self.prob.add_variable("P", 0)
         in_time = pulp.lpSum(x[0, 0, p] * self.t_in[p] for p in run[0])
         in_max, out_max, last = max(self.t_in.values()), max(self.t_out.values()), n - 1
         out_time = pulp.lpSum(self.on(last, p) * self.t_out[p] for p in run[last])
-        for i in range(n):
+        for i in paced(range(n), deadline):
             if in_max > 0:
                 m += self.start[i] >= in_time - in_max * (1 - self.in_stage(i, 0))
             for s in range(S):
@@ -182,9 +199,9 @@ class MappingMilp:
         # valid cuts that the big-M rows above hide from the LP relaxation: a stage lasts at
         # least each PU's load in it, and at least the work of its units on any one path
         groups = [[(i, p) for i in range(n) if p in run[i]] for p in self.pus]
-        groups += [[(i, p) for i in path for p in run[i]] for path in _path_cover(self.problem)]
+        groups += [[(i, p) for i in path for p in run[i]] for path in _path_cover(self.problem, deadline)]
         for s in range(S):
-            for group in groups:
+            for group in paced(groups, deadline):
                 work = pulp.lpSum(x[i, s, p] * run[i][p] for i, p in group if (i, s, p) in x)
                 m += T[s] >= work + (in_time if s == 0 else 0)
             m += P >= T[s]
@@ -195,7 +212,7 @@ class MappingMilp:
         """Energy per frame (mJ) as the evaluator counts it."""
         prof, m, n, idx, last = self.prof, self.prob, self.n, self.problem.index, self.n - 1
         energy = [self.on(i, p) * t * prof.power(i, p, self.top[p]) / 1000.0
-                  for i in range(n) for p, t in self.run[i].items()]
+                  for i in paced(range(n), self.deadline) for p, t in self.run[i].items()]
         energy += [self.x[0, 0, p] * ph.time_ms * ph.power_mw / 1000.0
                    for p in self.run[0] if (ph := self.phase(prof.input_stage, p))]
         energy += [self.on(last, p) * ph.time_ms * ph.power_mw / 1000.0
@@ -204,13 +221,13 @@ class MappingMilp:
         # out-edges (they are equal when, as in every catalogue instance, they carry one tensor)
         handoff: dict[tuple[int, str, str], float] = {}
         if prof.transfers.power_mw > 0:
-            for k, e in enumerate(self.problem.edges):
+            for k, e in paced(enumerate(self.problem.edges), self.deadline):
                 for (a, b), t in self.xfer[k].items():
                     key = (idx[e.src], a, b)
                     handoff[key] = max(handoff.get(key, 0.0), t)
         self.h = {key: self.prob.add_variable(f"h_{key[0]}_{self.pk[key[1]]}_{self.pk[key[2]]}", 0, 1)
                   for key in handoff}
-        for (k, a, b), z in self.z.items():
+        for (k, a, b), z in paced(self.z.items(), self.deadline):
             if (key := (idx[self.problem.edges[k].src], a, b)) in self.h:
                 m += self.h[key] >= z
         energy += [self.h[key] * t * prof.transfers.power_mw / 1000.0 for key, t in handoff.items()]
@@ -280,9 +297,11 @@ class MappingMilp:
             values[self.same[k]] = float(su == sv)
             for (a, b) in self.xfer[k]:
                 values[self.z[k, a, b]] = float((a, b) == (pu, pv))
+        out_edges: dict[int, list[int]] = {}
+        for k, e in enumerate(problem.edges):
+            out_edges.setdefault(idx[e.src], []).append(k)
         for (i, a, b), var in self.h.items():
-            values[var] = max((values[self.z[k, a, b]] for k, e in enumerate(problem.edges)
-                               if idx[e.src] == i and (a, b) in self.xfer[k]), default=0.0)
+            values[var] = max((values[self.z[k, a, b]] for k in out_edges[i] if (a, b) in self.xfer[k]), default=0.0)
         for (i, j), var in self.order.items():
             values[var] = float(place[i][1] != place[j][1] or rank[names[i]] < rank[names[j]])
         for var, value in values.items():
@@ -290,12 +309,14 @@ class MappingMilp:
         return True
 
 
-def _path_cover(problem) -> list[list[int]]:
+def _path_cover(problem, deadline: Deadline) -> list[list[int]]:
     """Disjoint paths covering the DAG, longest (in units) first: the units of one stage on a
-    path run one after another (stages are monotone along it), whatever their PUs."""
+    path run one after another (stages are monotone along it), whatever their PUs. Each path
+    costs a longest-path search of what is left, so ``deadline`` is checked per path."""
     g = problem.graph.copy()
     paths = []
     while g.number_of_nodes():
+        deadline.check()
         path = nx.dag_longest_path(g, weight=None)
         paths.append([problem.index[u] for u in path])
         g.remove_nodes_from(path)
@@ -334,35 +355,38 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     tie-break with the primary held at its optimum. ``warm_start``: a Plan to start from (the
     default is a cold start, so the MILP stays an independent check of cpsat). When the time
     limit passes before the MILP holds a solution, the warm start, or else the best heuristic
-    plan, is returned as the run's best plan (status time_limit).
-    ``time_limit`` (s) covers building the model and both solves."""
-    began = time.perf_counter()
-
-    def left() -> float:
-        return time_limit - (time.perf_counter() - began)
-
+    plan (made first, in at most half the time), is returned as the run's best plan (status
+    time_limit). ``time_limit`` (s) covers the heuristics, building the model and both solves,
+    less the final scoring's share."""
+    search = search_deadline(time_limit, problem)
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r} (choose from {', '.join(AXES)})")
     if shared_pus:
         raise ValueError("the MILP models disjoint PU sets only (cpsat handles shared PUs)")
+    axis_of = {key: axis for axis, key in AXES.items()}
+    for key in bounds or {}:
+        if key not in axis_of:
+            raise ValueError(f"unknown bound {key!r} (use {', '.join(AXES.values())})")
     backend = pick_backend(backend)
     params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": max_stages}
+    warm_start = warm_start or None
+    # what comes back if time runs out first (none under epsilon bounds, which it need not meet)
+    fallback_plan = None
+    if time_limit is not None and not bounds:
+        fallback_plan = warm_start or best_heuristic_plan(problem, objective, Deadline(search.remaining() / 2))
 
     def fallback(notes: list[str]) -> SolveResult:
-        """Out of time without a MILP solution: the warm start, else the best heuristic plan
-        (none under epsilon bounds, which a heuristic plan need not meet)."""
-        from pipeplan.solvers.mapping.cpsat import best_heuristic_plan
-        if bounds:
+        """Out of time without a MILP solution: the warm start, else the best heuristic plan."""
+        if fallback_plan is None:
             return SolveResult("mapping", problem.name, "milp", Termination.TIME_LIMIT, Quality.NONE, params=params,
                                message="; ".join(notes))
-        plan = warm_start or best_heuristic_plan(problem, objective)
         notes.append("returning the warm start" if warm_start else "returning the best heuristic plan")
-        return scored_result(problem, "milp", plan, objective=objective, termination=Termination.TIME_LIMIT,
+        return scored_result(problem, "milp", fallback_plan, objective=objective, termination=Termination.TIME_LIMIT,
                              quality=Quality.FEASIBLE, params=params, message="; ".join(notes))
 
+    began = time.perf_counter()
     try:
-        model = MappingMilp(problem, max_stages=max_stages,
-                            deadline=None if time_limit is None else began + time_limit)
+        model = MappingMilp(problem, max_stages=max_stages, deadline=search)
     except OutOfTime:
         return fallback([f"the time limit passed while building the model ({len(problem.units)} units)"])
     # Each solve also spends time the solver's clock does not see or cannot cut: loading the model
@@ -371,14 +395,10 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     reserve = 0.9 * (time.perf_counter() - began)
 
     def solve_time() -> float | None:
-        return None if time_limit is None else left() - reserve
-    axis_of = {key: axis for axis, key in AXES.items()}
+        return None if time_limit is None else search.remaining() - reserve
     for key, value in (bounds or {}).items():
-        if key not in axis_of:
-            raise ValueError(f"unknown bound {key!r} (use {', '.join(AXES.values())})")
         model.add_upper_bound(axis_of[key], value)
     notes = []
-    warm_start = warm_start or None
     if warm_start is not None and not model.set_start(warm_start):
         notes.append("warm start ignored (shared PUs or more stages than the model has)")
     params["max_stages"] = model.S

@@ -7,23 +7,28 @@ crossover exchanges whole ranges of units. Any gene vector decodes to a feasible
 written back into the population, so the search works on feasible genotypes only. Every plan
 is scored by the evaluator. Besides the population, every evaluated plan feeds an archive, and
 the returned front is the non-dominated set of that archive.
+
+The time limit covers seeding (at most half of it), the search and the final scoring: seeds,
+repairs and evaluations check the deadline one by one, so that on large graphs, where one
+evaluation takes a noticeable time, the run stops inside a generation, even the first, with
+the archive so far (at least the first seed).
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-import pipeplan
+from pipeplan.deadline import Deadline, OutOfTime
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.pareto import AXIS_KEYS, non_dominated, rounded
 from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment, plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.registry import register
 from pipeplan.result import Termination
-from pipeplan.solvers.mapping.common import OBJECTIVES, scored_result
+from pipeplan.solvers.mapping.common import OBJECTIVES, paced, scored_result, search_deadline
+from pipeplan.solvers.mapping.heft import heft_plan
+from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
+from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
 
-SEED_HEURISTICS = ("single", "heft", "pipeline-dp")
 REPAIR_MEMO = 1 << 16  # repaired vectors remembered; the memo is emptied when full to bound memory
 
 
@@ -146,10 +151,11 @@ class Archive:
         return [(point, first[point]) for point in non_dominated(first)]
 
 
-def _nsga2(archive: Archive, initial: np.ndarray, pop_size: int):
+def _nsga2(archive: Archive, initial: np.ndarray, pop_size: int, deadline: Deadline):
     """pymoo's NSGA-II on the archive's problem: two-point crossover, the reset mutation below
-    and the codec's repair. pymoo is imported here, not with the module, so that the registry
-    loads without it and reports the solver unavailable instead."""
+    and the codec's repair; evaluations and repairs raise OutOfTime past ``deadline``. pymoo is
+    imported here, not with the module, so that the registry loads without it and reports the
+    solver unavailable instead."""
     from pymoo.algorithms.moo.nsga2 import NSGA2
     from pymoo.core.mutation import Mutation
     from pymoo.core.problem import Problem
@@ -160,11 +166,11 @@ def _nsga2(archive: Archive, initial: np.ndarray, pop_size: int):
 
     class MappingMOP(Problem):
         def _evaluate(self, X, out, *args, **kwargs):
-            out["F"] = np.array([archive.score(x) for x in X], dtype=float)
+            out["F"] = np.array([archive.score(x) for x in paced(X, deadline)], dtype=float)
 
     class GeneRepair(Repair):
         def _do(self, problem, X, **kwargs):
-            return np.array([codec.repair(x) for x in X])
+            return np.array([codec.repair(x) for x in paced(X, deadline)])
 
     class ResetMutation(Mutation):
         """Each gene is redrawn uniformly within its bounds with probability 1/n_var (PU genes
@@ -189,14 +195,27 @@ def _check_objectives(objectives) -> tuple[str, ...]:
     return objectives
 
 
-def _initial_genes(codec: GeneCodec, problem: MappingProblem, *, pop_size: int, seed: int,
-                   warm_start, max_stages: int | None) -> np.ndarray:
-    """The heuristics' plans (and ``warm_start``) as genes, topped up with random vectors."""
-    plans = [plan_from_dict(warm_start) if isinstance(warm_start, dict) else warm_start]
-    for name in SEED_HEURISTICS:
-        params = {"max_stages": max_stages} if name == "pipeline-dp" else {}
-        plans.append(plan_from_dict(r.plan) if (r := pipeplan.solve(problem, name, **params)).plan else None)
-    seeded = [codec.encode(p) for p in plans if p is not None]
+def _initial_genes(codec: GeneCodec, archive: Archive, problem: MappingProblem, *, pop_size: int, seed: int,
+                   warm_start, max_stages: int | None, deadline: Deadline) -> np.ndarray:
+    """The heuristics' plans (and ``warm_start``) as genes, topped up with random vectors; the
+    seeds ``deadline`` leaves time for, HEFT's (else the fastest PU's) in any case. The first
+    seed is scored into the archive whatever the time, so that the run always has a plan."""
+    warm = plan_from_dict(warm_start) if isinstance(warm_start, dict) else warm_start
+    try:
+        heft = heft_plan(problem, deadline)
+    except OutOfTime:
+        heft = fastest_pu_plan(problem)
+
+    def attempt(make):
+        try:
+            return make()
+        except (ValueError, OutOfTime):  # ValueError: no single PU, or no pipeline, runs every unit
+            return None
+
+    single = attempt(lambda: single_plan(problem, deadline=deadline)[1])
+    pipeline = attempt(lambda: pipeline_plan(problem, max_stages, deadline)[0])
+    seeded = [codec.encode(p) for p in (warm, single, heft, pipeline) if p is not None]
+    archive.score(seeded[0])
     rng = np.random.default_rng(seed)
     randoms = rng.integers(0, codec.upper + 1, size=(max(0, pop_size - len(seeded)), len(codec.upper)))
     return np.vstack(seeded + [randoms])
@@ -210,23 +229,27 @@ def solve_nsga2(problem: MappingProblem, *, time_limit: float | None = None, see
     """``threads`` is accepted for the common interface; the search runs in one thread.
     ``objectives`` defaults to ``objective`` and its usual partner (period-latency,
     latency-period, energy-period); the returned plan is the front's best on the first."""
-    began = time.perf_counter()
+    search = search_deadline(time_limit, problem)
     if objectives is None:
         objectives = (objective, {"period": "latency", "latency": "period", "energy": "period"}.get(objective, "latency"))
     objectives = _check_objectives(objectives)
     codec = GeneCodec(problem, max_stages)
     archive = Archive(codec, objectives)
-    initial = _initial_genes(codec, problem, pop_size=pop_size, seed=seed, warm_start=warm_start,
-                             max_stages=max_stages)
-    mop, algorithm = _nsga2(archive, initial, pop_size)
-    algorithm.setup(mop, termination=("n_gen", generations), seed=seed, verbose=False)
+    left = search.remaining()
+    initial = _initial_genes(codec, archive, problem, pop_size=pop_size, seed=seed, warm_start=warm_start,
+                             max_stages=max_stages, deadline=Deadline(None if left is None else left / 2))
     timed_out, generations_run = False, 0
-    while algorithm.has_next():  # the first step evaluates the initial population, whatever the time
-        algorithm.next()
-        generations_run += 1
-        if time_limit is not None and time.perf_counter() - began >= time_limit:
-            timed_out = algorithm.has_next()
-            break
+    try:
+        mop, algorithm = _nsga2(archive, initial, pop_size, search)
+        algorithm.setup(mop, termination=("n_gen", generations), seed=seed, verbose=False)
+        while algorithm.has_next():
+            algorithm.next()
+            generations_run += 1
+            if search.expired():
+                timed_out = algorithm.has_next()
+                break
+    except OutOfTime:                    # inside a generation: the archive holds what it scored
+        timed_out = True
 
     front = archive.front()  # lexicographic: front[0] is best on the first objective, then the second
     best_key = front[0][1]

@@ -8,15 +8,20 @@ previous stage's PU), its units run one after another, and the output stage (if 
 evaluator's rules for a chain, where the DP is exact over its plan space. For a DAG, tensors
 that skip stages are approximated as sent by the previous stage; the plan is re-scored by the
 evaluator either way. The inner loop over the end of a range is vectorised with numpy, so
-operator graphs of ~1000 units take seconds.
+operator graphs of ~1000 units take seconds; the DP is quadratic in the units, so a deadline
+(the solver's time limit) stops it with the best complete pipeline found so far: the one-PU
+pipelines come first, then those of more and more PUs.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from pipeplan.formulations.mapping.plan import plan_from_assignment
+from pipeplan.deadline import Deadline, OutOfTime
+from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment
+from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.registry import register
-from pipeplan.solvers.mapping.common import scored_result
+from pipeplan.result import Quality, SolveResult, Termination
+from pipeplan.solvers.mapping.common import scored_result, search_deadline, transfer_times
 
 EPS = 1e-9
 
@@ -31,27 +36,29 @@ def _prefix_times(prof, n: int, pus: list[str]) -> np.ndarray:
     return np.array(rows)
 
 
-def _incoming(problem, pus: list[str]) -> list[list[tuple[int, int, np.ndarray]]]:
-    """crossing[i]: edges (src < i <= dst) as (src, dst, transfer time matrix [from PU, to PU])."""
-    prof, index = problem.profile, problem.index
-    n = len(problem.units)
-    crossing: list[list] = [[] for _ in range(n + 1)]
-    for e in problem.edges:
+def _incoming(problem, deadline: Deadline) -> list[list[tuple[int, np.ndarray]]]:
+    """crossing[i]: edges (src < i <= dst) as (dst, transfer time matrix [from PU, to PU])."""
+    index = problem.index
+    crossing: list[list] = [[] for _ in range(len(problem.units) + 1)]
+    for e, x in zip(problem.edges, transfer_times(problem)):
+        deadline.check()
         s, d = index[e.src], index[e.dst]
-        x = np.array([[prof.transfers.time_ms(e.src, a, b, e.bytes) for b in pus] for a in pus])
         for i in range(s + 1, d + 1):
-            crossing[i].append((s, d, x))
+            crossing[i].append((d, x))
     return crossing
 
 
-@register("mapping", "pipeline-dp", description="contiguous pipeline stages, one PU each, DP on the period")
-def solve_pipeline_dp(problem, *, max_stages: int | None = None, **_):
+def pipeline_plan(problem: MappingProblem, max_stages: int | None = None,
+                  deadline: Deadline | None = None) -> tuple[Plan, bool]:
+    """The DP's plan and whether the DP finished; past ``deadline`` (checked per expansion) the
+    best pipeline found so far. Raises OutOfTime when the deadline passes before any pipeline
+    covers every unit, ValueError when none can."""
+    deadline = deadline or Deadline(None)
     prof = problem.profile
     units = [u.name for u in problem.units]
     n, pus = len(units), list(prof.pus)
     k = len(pus)
     prefix = _prefix_times(prof, n, pus)
-    crossing = _incoming(problem, pus)
 
     def phase(table, p):
         ph = table.get(p, {}).get(prof.pus[p].max_level)
@@ -81,7 +88,7 @@ def solve_pipeline_dp(problem, *, max_stages: int | None = None, **_):
             st[-1] += t_out[q]
             if last is not None and last != q and crossing[i]:
                 inflow = np.zeros(n - i)
-                for _s, d, x in crossing[i]:
+                for d, x in crossing[i]:
                     inflow[d - i:] = np.maximum(inflow[d - i:], x[last, q])
                 st += inflow
             new_per = np.maximum(per, st)
@@ -98,21 +105,29 @@ def solve_pipeline_dp(problem, *, max_stages: int | None = None, **_):
                 back_last[nm, q, js] = -1 if last is None else last
 
     masks = sorted(range(1, full), key=lambda m: bin(m).count("1"))
+    complete = True
     with np.errstate(invalid="ignore"):  # inf - inf on ranges a PU cannot run; masked by isfinite
-        expand(0, 0, None, 0.0, 0.0)
-        for mask in masks:
-            if bin(mask).count("1") >= limit:
-                continue
-            for last in range(k):
-                if not mask >> last & 1:
+        expand(0, 0, None, 0.0, 0.0)      # every one-PU pipeline, before any deadline check
+        try:
+            crossing = _incoming(problem, deadline)     # only later stages receive tensors
+            for mask in masks:
+                if bin(mask).count("1") >= limit:
                     continue
-                for i in np.flatnonzero(np.isfinite(best_per[mask, last, :n])):
-                    if i > 0:
-                        expand(int(i), mask, last, best_per[mask, last, i], best_lat[mask, last, i])
+                for last in range(k):
+                    if not mask >> last & 1:
+                        continue
+                    for i in np.flatnonzero(np.isfinite(best_per[mask, last, :n])):
+                        if i > 0:
+                            deadline.check()
+                            expand(int(i), mask, last, best_per[mask, last, i], best_lat[mask, last, i])
+        except OutOfTime:
+            complete = False
 
     finals = [(best_per[m, q, n], best_lat[m, q, n], m, q) for m in range(1, full) for q in range(k)
               if np.isfinite(best_per[m, q, n])]
     if not finals:
+        if not complete:
+            raise OutOfTime
         raise ValueError("no pipeline of contiguous stages fits the PUs")
     _, _, mask, q = min(finals)
     ranges, j = [], n
@@ -124,5 +139,18 @@ def solve_pipeline_dp(problem, *, max_stages: int | None = None, **_):
     for s, (i, j, q) in enumerate(reversed(ranges)):
         for u in units[i:j]:
             stage_of[u], pu_of[u] = s, pus[q]
-    plan = plan_from_assignment(tuple(units), stage_of, pu_of, instance=problem.name)
-    return scored_result(problem, "pipeline-dp", plan, objective="period")
+    return plan_from_assignment(tuple(units), stage_of, pu_of, instance=problem.name), complete
+
+
+@register("mapping", "pipeline-dp", description="contiguous pipeline stages, one PU each, DP on the period")
+def solve_pipeline_dp(problem, *, time_limit: float | None = None, max_stages: int | None = None, **_):
+    try:
+        plan, complete = pipeline_plan(problem, max_stages, search_deadline(time_limit, problem))
+    except OutOfTime:
+        return SolveResult("mapping", problem.name, "pipeline-dp", Termination.TIME_LIMIT, Quality.NONE,
+                           params={"max_stages": max_stages},
+                           message="the time limit passed before any pipeline covered every unit")
+    if complete:
+        return scored_result(problem, "pipeline-dp", plan, objective="period")
+    return scored_result(problem, "pipeline-dp", plan, objective="period", termination=Termination.TIME_LIMIT,
+                         message="the time limit cut the DP short: the best pipeline found by then")

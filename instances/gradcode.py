@@ -51,9 +51,14 @@ def instance_names() -> list[str]:
 
 
 def load_instance(name: str) -> GradCodeProblem:
-    """A catalogue instance, or a problem JSON file (``pipeplan.gradcode-problem/1``)."""
+    """A catalogue instance, a synthetic cluster (``gradcode/synthetic-n<N>...``, see
+    ``synthetic_gradcode``), or a problem JSON file (``pipeplan.gradcode-problem/1``)."""
     if name in _CATALOGUE:
         return _CATALOGUE[name]()
+    from pipeplan.instances.synthetic_gradcode import synthetic_by_name
+    synthetic = synthetic_by_name(name)
+    if synthetic is not None:
+        return synthetic
     if name.endswith(".json"):
         from pipeplan.formulations.gradcode.problem import problem_from_dict
         from pipeplan.io import load_json

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,9 +13,18 @@ import typer
 from pipeplan.api import check_limits
 from pipeplan.errors import InputError
 from pipeplan.io import staged_folder
+from pipeplan.sizes import check_memory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Pipelined gradient coding: placements, verification, simulation, training.")
+
+# Memory per unit of an option, for check_memory (measured peak over a run, with margin):
+# simulate keeps a float64 per step, a sorted copy for the percentiles and the histogram's;
+# verify samples an (sets x n) random matrix, its argsort and a survivor mask per set;
+# train records loss, time and survivors per step beside the (steps x n) delay matrix.
+SIMULATE_BYTES_PER_STEP = 24
+VERIFY_BYTES_PER_SET_AND_WORKER = 32
+TRAIN_BYTES_PER_STEP = 256
 
 SCHEME_HELP = "fr, cr, pgc-fr, pgc-cr, solver (training also: uncoded, gc-fr, gc-cr, ignore-sgd, ignore-gc)"
 
@@ -26,7 +36,7 @@ _decoder = typer.Option(None, "--decoder", help="pgc-cr only: lstsq (exact) or l
 _tries = typer.Option(8, "--tries", help="CR: random H matrices to try (the best conditioned is kept)")
 _backend = typer.Option("cpsat", "--solver-backend", help="scheme solver: cpsat or milp")
 _objective = typer.Option("expected", "--objective", help="scheme solver: expected or worst step time")
-_limit = typer.Option(30.0, "--time-limit", help="scheme solver: seconds")
+_limit = typer.Option(30.0, "--time-limit", help="seconds for the scheme solver, and for CR's seed search (--tries)")
 _pipelined = typer.Option(False, "--pipelined", help="scheme solver without --instance: one partition per step")
 _delay = typer.Option(None, "--delay", help="none, exponential, shifted-exponential, pareto, markov, trace "
                                              "(default: the instance's, else exponential)")
@@ -104,6 +114,7 @@ def _load_code(path: Path, problem=None):
 def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, time_limit):
     """(code, SolveResult or None) for a named scheme on ``problem``."""
     import pipeplan
+    from pipeplan.deadline import Deadline
     from pipeplan.formulations.gradcode.gradient_code import code_from_dict
     from pipeplan.solvers.gradcode.schemes import build
     if scheme == "solver":
@@ -117,7 +128,8 @@ def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, tim
         return code_from_dict(r.plan, problem.name), r
     if scheme in ("fr", "gc-fr", "cr", "gc-cr", "pgc-fr", "pgc-cr") and problem.k != problem.n:
         raise InputError("--scheme", "", f"{scheme} needs k = n partitions (the problem has k = {problem.k}, n = {problem.n})")
-    return build(scheme, problem.n, problem.s, seed=seed, tries=tries, decoder=decoder), None
+    return build(scheme, problem.n, problem.s, seed=seed, tries=tries, decoder=decoder,
+                 deadline=Deadline(time_limit)), None
 
 
 @app.command("place")
@@ -128,6 +140,7 @@ def place_cmd(scheme: str = typer.Option(..., "--scheme", help=SCHEME_HELP), n: 
               out: Optional[Path] = typer.Option(None, "--out", help="write the code JSON here")):
     """Build a placement: support, encoding matrix B, decoder and (pipelined) per-step schedule."""
     from pipeplan.io import write_json
+    check_limits(time_limit)
     problem = _problem(instance, n, s, pipelined=pipelined)
     code, result = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend=backend,
                               objective=objective, time_limit=time_limit)
@@ -171,6 +184,9 @@ def verify_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEM
         problem = _problem(instance, n, s)
         code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
                              objective="expected", time_limit=30.0)
+    check_memory("--samples", samples, VERIFY_BYTES_PER_SET_AND_WORKER * code.n)
+    if code.n <= 24:
+        check_memory("--max-sets", min(max_sets, math.comb(code.n, code.s)), VERIFY_BYTES_PER_SET_AND_WORKER * code.n)
     began = time.perf_counter()
     v = verify(code, samples=samples, max_sets=max_sets, seed=seed)
     doc = {"scheme": code.scheme, "n": code.n, "k": code.k, "s": code.s, **v.to_dict(),
@@ -222,6 +238,7 @@ def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCH
     from pipeplan.formulations.gradcode.simulator import simulate_step_times
     if steps < 1:
         raise InputError("--steps", "", f"must be >= 1, got {steps}")
+    check_memory("--steps", steps, SIMULATE_BYTES_PER_STEP)
     straggler = _straggler_changes(delay, mean, shift, scale, alpha, stay, trace)
     problem, code = _problem_and_code("simulate", scheme, code_file, instance, n, s, straggler, prob,
                                       partition_time, seed=seed, tries=tries, decoder=decoder)
@@ -275,6 +292,7 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
     problem, code = _problem_and_code("train", scheme, code_file, instance, n, s, straggler, prob, partition_time,
                                       seed=seed, tries=tries,
                                       decoder=decoder or ("linear" if scheme == "pgc-cr" else None))
+    check_memory("--steps", steps, TRAIN_BYTES_PER_STEP + 8 * problem.n)
     if backend == "ray":
         try:
             import ray  # noqa: F401

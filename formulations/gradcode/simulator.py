@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeplan.formulations.gradcode.decoders import group_index
 from pipeplan.formulations.gradcode.delays import DelaySampler
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
@@ -30,14 +29,17 @@ class StepRule:
         self.decoder = code.decoder
         self.wait = code.wait
         if code.decoder == "groups":
-            of = group_index(code)
-            used = np.flatnonzero(of >= 0)
-            self.perm = used[np.argsort(of[used], kind="stable")]
-            self.starts = np.searchsorted(of[self.perm], np.arange(len(code.groups)))
+            # (groups, largest group) members, a shorter group padded with its first member
+            # (which leaves its first reply unchanged)
+            width = max(len(g) for g in code.groups)
+            self.members = np.array([list(g) + [g[0]] * (width - len(g)) for g in code.groups], dtype=np.int64)
 
     def __call__(self, T: np.ndarray) -> np.ndarray:
         if self.decoder == "groups":
-            return np.minimum.reduceat(T[:, self.perm], self.starts, axis=1).max(axis=1)
+            first = T[:, self.members[:, 0]]
+            for col in self.members.T[1:]:
+                np.minimum(first, T[:, col], out=first)
+            return first.max(axis=1)
         return np.partition(T, self.wait - 1, axis=1)[:, self.wait - 1]
 
 
@@ -50,7 +52,9 @@ def simulate_step_times(problem: GradCodeProblem, code: GradientCode, steps: int
     out = np.empty(steps)
     for lo in range(0, steps, chunk):
         m = min(chunk, steps - lo)
-        out[lo:lo + m] = rule(sampler.next(m) + base)
+        reply = sampler.next(m)
+        reply += base
+        out[lo:lo + m] = rule(reply)
     return out
 
 

@@ -15,7 +15,7 @@ from k on). The earliest c-th completion takes the c cheapest groups for each en
 """
 from __future__ import annotations
 
-import bisect
+import numpy as np
 
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 
@@ -53,15 +53,16 @@ def earliest_completions(problem: RolloutProblem, engine: EngineModel | None = N
     c0, seqs, cap = engine.c0_s, engine.max_num_seqs, engine.kv_capacity_tokens
     per_token = sorted(a + c0 * t / seqs for a, t in zip(add, tokens))
     per_kv = sorted(a + c0 * e / cap for a, e in zip(add, kv))
-    best_longest = [float("inf")] * (problem.R + 1)
-    prefix: list[float] = []
+    # best_longest[c-1]: the least c0 * (longest response) + (c smallest additive terms) over
+    # the sets of c groups; the groups by longest response, each adding its term to the sorted
+    # prefix (numpy's cumsum adds left to right, as a running sum would)
+    best_longest = np.full(problem.R, np.inf)
+    prefix = np.empty(0)
     for g in sorted(range(problem.R), key=lambda g: longest[g]):   # sets whose longest response is longest[g]
-        bisect.insort(prefix, add[g])
-        acc = 0.0
-        for c, a in enumerate(prefix, start=1):
-            acc += a
-            best_longest[c] = min(best_longest[c], c0 * longest[g] + acc)
-    return [max(sum(per_token[:c]), sum(per_kv[:c]), best_longest[c]) for c in range(1, problem.R + 1)]
+        prefix = np.insert(prefix, np.searchsorted(prefix, add[g], side="right"), add[g])
+        np.minimum(best_longest[:prefix.size], c0 * longest[g] + np.cumsum(prefix), out=best_longest[:prefix.size])
+    token_sums, kv_sums = np.cumsum(per_token), np.cumsum(per_kv)
+    return [max(float(token_sums[c]), float(kv_sums[c]), float(best_longest[c])) for c in range(problem.R)]
 
 
 def least_update_time(problem: RolloutProblem, n_updates: int, n_groups: int) -> float:

@@ -25,6 +25,7 @@ homogeneous workers the only optimal shape left is FR's contiguous groups.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,6 +104,49 @@ def fr_shape(data: AssignmentData) -> tuple[list[list[int]], list[int]] | None:
     if p.n % q or p.k != p.n or (data.cap < q).any() or data.qmax < q:
         return None
     return [list(range(a, a + q)) for a in range(0, p.n, q)], [q] * (p.n // q)
+
+
+def greedy_shape(data: AssignmentData) -> tuple[list[list[int]], list[int]] | None:
+    """A quick placement for when the search finds none in time: consecutive canonical
+    positions (fastest first, identical workers together) in groups of s+1, the rest idle; each
+    group takes one partition, then every further partition goes to the group whose fastest
+    member would finish it soonest (pipelined: the next group with room), within capacities.
+    None when the groups cannot hold the k partitions."""
+    p = data.problem
+    q = p.s + 1
+    groups = [list(range(a, a + q)) for a in range(0, data.groups * q, q)]
+    room = [int(min(data.qmax, data.cap[g].min())) for g in groups]
+    if not groups or sum(room) < p.k:
+        return None
+    fastest = [float(data.c[g].min()) for g in groups]
+    counts = [1] * len(groups)
+    heap = [(0.0 if p.pipelined else 2 * fastest[g], g) for g in range(len(groups)) if room[g] > 1]
+    heapq.heapify(heap)
+    for _ in range(p.k - len(groups)):
+        _, g = heapq.heappop(heap)
+        counts[g] += 1
+        if counts[g] < room[g]:
+            heapq.heappush(heap, (float(counts[g]) if p.pipelined else (counts[g] + 1) * fastest[g], g))
+    return groups, counts
+
+
+def lower_bound(data: AssignmentData) -> float:
+    """A bound on the model objective of every group placement, for a gap when the search is
+    cut short. At least G = ceil(k / qmax) groups are used and each needs a reply from a worker
+    of its own, which has computed at least one partition: a scenario's step is at least the
+    G-th smallest of c_i + D_ri, and the worst case at least the G(s+1)-th smallest c_i (every
+    group's s+1 fastest members are distinct workers). Without pipelining some group holds
+    ceil(k / groups) partitions, which bounds the step by that many partitions' work on the
+    fastest worker too."""
+    p = data.problem
+    used = -(-p.k // data.qmax)
+    most = 1 if p.pipelined else -(-p.k // data.groups)
+    if data.objective == "worst":
+        c = np.sort(data.c)
+        return float(max(c[min(c.size, used * (p.s + 1)) - 1], most * c[p.s]))
+    replies = np.partition(data.c + data.scenarios, used - 1, axis=1)[:, used - 1]
+    heavy = (most * data.c + data.scenarios).min(axis=1)
+    return float(np.maximum(replies, heavy).mean())
 
 
 def check_solution(data: AssignmentData, groups: list[list[int]], counts: list[int]) -> None:

@@ -1,16 +1,21 @@
 """From a backend's answer to a SolveResult: build the code, re-score the in-sample objective
 with the formulation, optionally compare with the cyclic (cover) structure, and let the
-evaluator and the verifier score the winner."""
+evaluator and the verifier score the winner. When the search was cut short (time limit), the
+quick placements (``greedy_shape``, FR's ``fr_shape``) compete with whatever the backend found,
+and the bound is the better of the backend's and ``lower_bound``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeplan.deadline import Deadline
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
-from pipeplan.formulations.gradcode.placement import pipelined
+from pipeplan.formulations.gradcode.gradient_code import GradientCode
+from pipeplan.formulations.gradcode.placement import cyclic_support, pipelined
 from pipeplan.result import Quality, SolveResult, Termination
-from pipeplan.solvers.gradcode.assignment import AssignmentData, check_solution, code_from_assignment
+from pipeplan.solvers.gradcode.assignment import (AssignmentData, check_solution, code_from_assignment, fr_shape,
+                                                  greedy_shape, lower_bound)
 from pipeplan.solvers.gradcode.common import scored_result
-from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
+from pipeplan.solvers.gradcode.cyclic import best_cyclic
 
 STRUCTURES = ("best", "groups")
 
@@ -23,50 +28,75 @@ class BackendAnswer:
     bound: float | None                 # of the model objective, seconds (mean over scenarios or worst case)
 
 
-def cover_code(data: AssignmentData):
-    """CR's cyclic placement (pipelined: PGC-CR), when every worker can store s+1 partitions
-    and k = n; its step ends at the (n-s)-th reply."""
+def cover_shape(data: AssignmentData) -> GradientCode | None:
+    """CR's cyclic placement (pipelined: PGC-CR) with the count rule, when every worker can
+    store s+1 partitions and k = n; its step ends at the (n-s)-th reply whatever B is, so B is
+    left at the support's ones here (``cover_code`` draws the real one)."""
     p = data.problem
     if p.k != p.n or (data.cap < p.s + 1).any():
         return None
-    code = cyclic_repetition(p.n, p.s)
+    support = cyclic_support(p.n, p.s)
+    code = GradientCode(scheme="cr", s=p.s, support=support, B=support.astype(float), decoder="lstsq", wait=p.n - p.s)
     return pipelined(code, "pgc-cr") if p.pipelined else code
 
 
+def cover_code(data: AssignmentData, deadline: Deadline | None):
+    """CR's code on the cyclic placement (pipelined: PGC-CR) and its verification."""
+    code, v = best_cyclic(data.problem.n, data.problem.s, deadline=deadline)
+    return (pipelined(code, "pgc-cr") if data.problem.pipelined else code), v
+
+
 def assignment_result(data: AssignmentData, solver: str, answer: BackendAnswer, *, structure: str,
-                      params: dict) -> SolveResult:
+                      params: dict, clock: Deadline | None = None, search: Deadline | None = None) -> SolveResult:
+    """``clock``: the solver's time limit (the verifier stops early past it); ``search``: the
+    part of it for searching (the cover's seeds)."""
     p = data.problem
     key = "saa_step_s" if data.objective == "expected" else "worst_step_s"
-    if answer.groups is None:
-        termination = Termination.INFEASIBLE if answer.state == "infeasible" else Termination.TIME_LIMIT
-        why = ("no group placement tolerates s stragglers within the capacities"
-               if answer.state == "infeasible" else "no placement found within the time limit")
-        return SolveResult("gradcode", p.name, solver, termination, Quality.NONE, params=params, message=why)
-    check_solution(data, answer.groups, answer.counts)
-    code = code_from_assignment(data, answer.groups, answer.counts, solver)
+    if answer.state == "infeasible":
+        return SolveResult("gradcode", p.name, solver, Termination.INFEASIBLE, Quality.NONE, params=params,
+                           message="no group placement tolerates s stragglers within the capacities")
     problem_scenarios = data.scenarios[:, data.order.argsort()]    # back to worker order
 
     def score(c):   # (objective, in-sample expected step time), compared lexicographically
         return (scenario_objective(p, c, problem_scenarios, data.objective),
                 scenario_objective(p, c, problem_scenarios, "expected"))
 
-    value = score(code)
-    notes = [f"groups: {[len(g) for g in answer.groups]} workers, {answer.counts} partitions"]
     proven = answer.state == "optimal"
+    shapes = [] if answer.groups is None else [(answer.groups, answer.counts, None)]
+    if not proven:    # cut short: the quick placements compete with what the search found
+        shapes += [(*shape, name) for name, shape in (("greedy", greedy_shape(data)), ("fr", fr_shape(data)))
+                   if shape is not None]
+    if not shapes:
+        return SolveResult("gradcode", p.name, solver, Termination.TIME_LIMIT, Quality.NONE, params=params,
+                           message="no placement found within the time limit")
+    candidates = []
+    for groups, counts, name in shapes:
+        check_solution(data, groups, counts)
+        code = code_from_assignment(data, groups, counts, solver)
+        candidates.append((score(code), code, groups, counts, name))
+    value, code, groups, counts, name = min(candidates, key=lambda c: c[0])
+    notes = [f"groups: {[len(g) for g in groups]} workers, {counts} partitions"]
+    if name is not None:
+        notes.append(f"the search found {'nothing better than' if answer.groups else 'no placement before'} "
+                     f"the {name} placement within the time limit")
+    verification = None
     if structure == "best":
-        cover = cover_code(data)
-        if cover is not None:
-            cover_value = score(cover)
+        shape = cover_shape(data)
+        if shape is not None:
+            cover_value = score(shape)
             notes.append(f"cyclic cover {cover_value[0]:.4g} s vs groups {value[0]:.4g} s")
             if cover_value < value:
-                code, value = cover, cover_value
+                code, verification = cover_code(data, search)
+                value = cover_value
                 notes.append("cyclic cover chosen")
     objectives = {"saa_step_s": value[1]}
-    bound = {key: min(answer.bound, value[0])} if answer.bound is not None else {}
+    groups_bound = answer.bound if proven else max(b for b in (answer.bound, lower_bound(data)) if b is not None)
+    bound = {key: min(groups_bound, value[0])} if groups_bound is not None else {}
     scope = "over group placements" + (" and the cyclic cover" if structure == "best" else "")
     scope += (f", on {data.scenarios.shape[0]} sampled delay scenarios" if data.objective == "expected"
               else f"; ties broken by the expected step time on {data.scenarios.shape[0]} delay scenarios")
     notes.append(("optimal " if proven else "best found ") + scope)
     return scored_result(p, solver, code, termination=Termination.OPTIMAL if proven else Termination.TIME_LIMIT,
                          quality=Quality.PROVEN_OPTIMAL if proven else Quality.FEASIBLE, objectives=objectives,
-                         bound=bound, params=params, message="; ".join(notes))
+                         bound=bound, params=params, message="; ".join(notes), deadline=clock,
+                         verification=verification)

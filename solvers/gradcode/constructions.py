@@ -1,12 +1,15 @@
 """The published constructions as registered solvers: FR, CR, PGC-FR, PGC-CR (n and s from the
 problem; k must equal n). Heterogeneous worker data is ignored by construction; the evaluator
-still scores the code on the problem's workers."""
+still scores the code on the problem's workers. CR's seed search stops at the time limit (less
+the re-scoring's share); past the limit the verifier checks fewer straggler sets."""
 from __future__ import annotations
 
+from pipeplan.deadline import Deadline
+from pipeplan.formulations.gradcode.placement import pipelined
 from pipeplan.registry import register
 from pipeplan.result import Termination
-from pipeplan.solvers.gradcode.common import scored_result
-from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
+from pipeplan.solvers.gradcode.common import scored_result, search_deadline
+from pipeplan.solvers.gradcode.cyclic import best_cyclic
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_cr, pgc_fr
 
@@ -17,33 +20,42 @@ def _square(problem, scheme: str) -> None:
 
 
 @register("gradcode", "fr", description="fractional repetition (Tandon et al. 2017): groups of s+1 workers")
-def solve_fr(problem, **_):
+def solve_fr(problem, *, time_limit=None, **_):
+    clock = Deadline(time_limit)
     _square(problem, "FR")
-    return scored_result(problem, "fr", fractional_repetition(problem.n, problem.s))
+    return scored_result(problem, "fr", fractional_repetition(problem.n, problem.s), deadline=clock)
 
 
 @register("gradcode", "cr", description="cyclic repetition (Tandon et al. 2017): random H, best of several seeds")
 def solve_cr(problem, *, seed: int = 0, tries: int = 8, time_limit=None, **_):
+    search = search_deadline(time_limit, problem)
     _square(problem, "CR")
-    code = cyclic_repetition(problem.n, problem.s, seed=seed, tries=tries, time_limit=time_limit)
-    return scored_result(problem, "cr", code, termination=_tries_termination(code), params={"tries": tries})
+    code, v = best_cyclic(problem.n, problem.s, seed=seed, tries=tries, deadline=search)
+    return scored_result(problem, "cr", code, termination=_tries_termination(code), params={"tries": tries},
+                         verification=v)
 
 
 @register("gradcode", "pgc-fr", description="pipelined FR: one partition per worker per step, round-robin")
-def solve_pgc_fr(problem, **_):
+def solve_pgc_fr(problem, *, time_limit=None, **_):
+    clock = Deadline(time_limit)
     _square(problem, "PGC-FR")
-    return scored_result(problem, "pgc-fr", pgc_fr(problem.n, problem.s))
+    return scored_result(problem, "pgc-fr", pgc_fr(problem.n, problem.s), deadline=clock)
 
 
 @register("gradcode", "pgc-cr", description="pipelined CR: one partition per step; decoder lstsq or linear")
 def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: str = "lstsq", time_limit=None, **_):
+    clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     _square(problem, "PGC-CR")
-    code = pgc_cr(problem.n, problem.s, seed=seed, tries=tries, decoder=decoder, time_limit=time_limit)
-    return scored_result(problem, "pgc-cr", code, termination=_tries_termination(code),
-                         params={"tries": tries, "decoder": decoder})
+    params = {"tries": tries, "decoder": decoder}
+    if decoder != "lstsq":
+        return scored_result(problem, "pgc-cr", pgc_cr(problem.n, problem.s, decoder=decoder), params=params,
+                             deadline=clock)
+    code, v = best_cyclic(problem.n, problem.s, seed=seed, tries=tries, deadline=search)
+    # the schedule leaves B and the decoder as they are, so CR's verification holds
+    return scored_result(problem, "pgc-cr", pipelined(code, "pgc-cr"), termination=_tries_termination(code),
+                         params=params, verification=v)
 
 
 def _tries_termination(code) -> Termination:
     """time_limit when the limit cut the random seeds short of ``tries``."""
-    tried = code.meta.get("tried")
-    return Termination.TIME_LIMIT if tried is not None and tried < code.meta["tries"] else Termination.COMPLETED
+    return Termination.TIME_LIMIT if code.meta["tried"] < code.meta["tries"] else Termination.COMPLETED

@@ -4,49 +4,57 @@ solved lexicographically (worst case, then expected step time)."""
 from __future__ import annotations
 
 import math
-import time
 
+from pipeplan.deadline import Deadline, OutOfTime
 from pipeplan.registry import register
 from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
 from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
+from pipeplan.solvers.gradcode.common import search_deadline
+
+HANDOVER_PER_BUILD = 1.0   # PuLP's hand-over to the solver, in units of the model's build time
 
 
-def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, threads: int,
+def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads: int,
                 backend: str = "highs") -> BackendAnswer:
+    """Raises OutOfTime when the deadline passes before the model is built and handed over."""
     import pulp
     from pipeplan.solvers.pulp_backend import make_solver, pick_backend
-
-    began = time.perf_counter()      # the time limit covers building the model too
 
     p, n, G, Q = data.problem, data.n, data.groups, data.qmax
     if G == 0:
         return BackendAnswer("infeasible", None, None, None)
     prob = pulp.LpProblem("gradcode_assignment", pulp.LpMinimize)
-    keys = [(i, g) for i in range(n) for g in range(min(i + 1, G))]
-    x = {k: prob.add_variable(f"x_{k[0]}_{k[1]}", cat="Binary") for k in keys}
+    x = {}
+    for i in range(n):          # group g's members are workers g..n-1 (groups labelled by their first member)
+        deadline.check()
+        for g in range(min(i + 1, G)):
+            x[i, g] = prob.add_variable(f"x_{i}_{g}", cat="Binary")
     used = [prob.add_variable(f"used_{g}", cat="Binary") for g in range(G)]
     q = [prob.add_variable(f"q_{g}", 0, Q, cat="Integer") for g in range(G)]
     for i in range(n):
-        prob += pulp.lpSum(x[i, g] for g in range(G) if (i, g) in x) <= 1
+        prob += pulp.lpSum(x[i, g] for g in range(min(i + 1, G))) <= 1
     for g in range(G):
-        mem = [x[i, g] for i in range(n) if (i, g) in x]
+        deadline.check()
+        mem = [x[i, g] for i in range(g, n)]
         prob += pulp.lpSum(mem) >= (p.s + 1) * used[g]
         for v in mem:
             prob += v <= used[g]
         prob += q[g] >= used[g]
         prob += q[g] <= Q * used[g]
-        for i in range(n):
-            if (i, g) in x and data.cap[i] < Q:
+        for i in range(g, n):
+            if data.cap[i] < Q:
                 prob += q[g] <= int(data.cap[i]) + Q * (1 - x[i, g])
         if g:
-            for i in range(n):
-                if (i, g) in x:
-                    prob += x[i, g] <= pulp.lpSum(x[j, g - 1] for j in range(i) if (j, g - 1) in x)
+            for i in range(g, n):
+                deadline.check()        # n terms each: a group's rows take a while at large n
+                prob += x[i, g] <= pulp.lpSum(x[j, g - 1] for j in range(g - 1, i))
     prob += pulp.lpSum(q) == p.k
+
     def label(i):
-        inside = [x[i, g] for g in range(G) if (i, g) in x]
-        return pulp.lpSum(g * x[i, g] for g in range(G) if (i, g) in x) + G * (1 - pulp.lpSum(inside))
+        inside = [x[i, g] for g in range(min(i + 1, G))]
+        return pulp.lpSum(g * v for g, v in enumerate(inside)) + G * (1 - pulp.lpSum(inside))
     for a, b in data.ties:
+        deadline.check()
         prob += label(a) <= label(b)
     c = data.c
     # a member's computation per step: q_g partitions, or one when pipelined
@@ -57,13 +65,13 @@ def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, th
     y = [prob.add_variable(f"y_{r}", 0) for r in range(R)]
     for r in range(R):
         for g in range(G):
+            deadline.check()
             wit = {}
-            for i in range(n):
-                if (i, g) in x:
-                    w = wit[i] = prob.add_variable(f"w_{i}_{g}_{r}", cat="Binary")
-                    prob += w <= x[i, g]
-                    big = c[i] * (1 if p.pipelined else Q) + D[r, i]
-                    prob += y[r] >= work(i, g) + D[r, i] - big * (1 - w)
+            for i in range(g, n):
+                w = wit[i] = prob.add_variable(f"w_{i}_{g}_{r}", cat="Binary")
+                prob += w <= x[i, g]
+                big = c[i] * (1 if p.pipelined else Q) + D[r, i]
+                prob += y[r] >= work(i, g) + D[r, i] - big * (1 - w)
             # one witness per used group; its reply (at least one partition's work) bounds
             # y_r from below: a cut that keeps the LP relaxation from spreading w thin
             prob += pulp.lpSum(wit.values()) == used[g]
@@ -72,13 +80,13 @@ def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, th
     if data.objective == "worst":   # the s+1 "core" members of each group bound the worst case
         worst = prob.add_variable("worst", 0)
         for g in range(G):
+            deadline.check()
             core = []
-            for i in range(n):
-                if (i, g) in x:
-                    v = prob.add_variable(f"core_{i}_{g}", cat="Binary")
-                    prob += v <= x[i, g]
-                    prob += worst >= work(i, g) - c[i] * (1 if p.pipelined else Q) * (1 - v)
-                    core.append(v)
+            for i in range(g, n):
+                v = prob.add_variable(f"core_{i}_{g}", cat="Binary")
+                prob += v <= x[i, g]
+                prob += worst >= work(i, g) - c[i] * (1 if p.pipelined else Q) * (1 - v)
+                core.append(v)
             prob += pulp.lpSum(core) == (p.s + 1) * used[g]
     hint = fr_shape(data)
     if hint is not None:
@@ -89,12 +97,16 @@ def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, th
             used[g].setInitialValue(1 if g < len(hint[0]) else 0)
             q[g].setInitialValue(hint[1][g] if g < len(hint[0]) else 0)
     backend = pick_backend(backend)
-    limit = float(time_limit) if time_limit else 60.0
+    built = deadline.elapsed()
 
     def run(objective):
+        # PuLP hands the model over to the solver row by row, which no time limit covers:
+        # only start when that fits (it takes about as long as building the model)
+        if deadline.limit is not None and deadline.remaining() < HANDOVER_PER_BUILD * built:
+            raise OutOfTime
         prob.setObjective(objective)
         warm = any(v.varValue is not None for v in prob.variables())
-        left = max(0.05, limit - (time.perf_counter() - began))
+        left = deadline.remaining(floor=0.05) if deadline.limit is not None else 60.0
         prob.solve(make_solver(backend, time_limit=left, threads=threads, seed=seed, warm=warm))
         state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
                  pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "none")
@@ -117,7 +129,10 @@ def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, th
         if state == "optimal":   # keep the worst case, then minimise the expected step time
             prob += worst <= worst.varValue + 1e-9
             first = answer(state, bound)
-            state2, _ = run(expected)
+            try:
+                state2, _ = run(expected)
+            except OutOfTime:
+                return first
             return answer(state, bound) if state2 in ("optimal", "feasible") else first
         return answer(state, bound)
     return answer(*run(expected))
@@ -127,9 +142,15 @@ def solve_model(data: AssignmentData, *, time_limit: float | None, seed: int, th
           description="MILP (PuLP; HiGHS, else CBC): groups and partition counts, min expected/worst step")
 def solve_milp(problem, *, time_limit=None, seed=0, threads=1, objective: str = "expected",
                scenarios: int = 64, structure: str = "best", backend: str = "highs", **_):
+    """The time limit covers building the model, handing it to the solver, the search and the
+    re-scoring."""
+    clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     if structure not in STRUCTURES:
         raise ValueError(f"unknown structure {structure!r} ({', '.join(STRUCTURES)})")
     data = assignment_data(problem, objective, scenarios=scenarios, seed=seed)
-    answer = solve_model(data, time_limit=time_limit, seed=seed, threads=threads, backend=backend)
+    try:
+        answer = solve_model(data, deadline=search, seed=seed, threads=threads, backend=backend)
+    except OutOfTime:
+        answer = BackendAnswer("none", None, None, None)
     params = {"objective": objective, "scenarios": scenarios, "structure": structure, "backend": backend}
-    return assignment_result(data, "milp", answer, structure=structure, params=params)
+    return assignment_result(data, "milp", answer, structure=structure, params=params, clock=clock, search=search)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeplan.deadline import Deadline
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import cyclic_support, pipelined
 from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
@@ -22,7 +23,7 @@ def pgc_fr(n: int, s: int) -> GradientCode:
 
 
 def pgc_cr(n: int, s: int, *, seed: int = 0, tries: int = 8, decoder: str = "lstsq",
-           time_limit: float | None = None) -> GradientCode:
+           deadline: Deadline | None = None) -> GradientCode:
     """``decoder="lstsq"``: CR's random B, exact least-squares decoding of stale replies.
     ``decoder="linear"``: PGC-CR as published, an all-ones cyclic B and the fixed decoder
     n / ((n-s)(s+1)) x (sum of the n-s replies): approximate, no inversion."""
@@ -33,4 +34,4 @@ def pgc_cr(n: int, s: int, *, seed: int = 0, tries: int = 8, decoder: str = "lst
         return pipelined(code, "pgc-cr")
     if decoder != "lstsq":
         raise ValueError(f"unknown PGC-CR decoder {decoder!r} (lstsq or linear)")
-    return pipelined(cyclic_repetition(n, s, seed=seed, tries=tries, time_limit=time_limit), "pgc-cr")
+    return pipelined(cyclic_repetition(n, s, seed=seed, tries=tries, deadline=deadline), "pgc-cr")

@@ -1,6 +1,7 @@
 """Named schemes for ``pipeplan gradcode`` and training: the constructions and the baselines."""
 from __future__ import annotations
 
+from pipeplan.deadline import Deadline
 from pipeplan.errors import InputError
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.solvers.gradcode.baselines import ignore_stragglers_gc, ignore_stragglers_sgd, uncoded
@@ -14,9 +15,11 @@ TRAINING = ("uncoded", "gc-fr", "gc-cr", "ignore-sgd", "ignore-gc", "pgc-fr", "p
 ALIASES = {"gc-fr": "fr", "gc-cr": "cr"}
 
 
-def build(scheme: str, n: int, s: int, *, seed: int = 0, tries: int = 8, decoder: str | None = None) -> GradientCode:
+def build(scheme: str, n: int, s: int, *, seed: int = 0, tries: int = 8, decoder: str | None = None,
+          deadline: Deadline | None = None) -> GradientCode:
     """The code of a named scheme. ``decoder`` applies to pgc-cr: ``linear`` (as published, the
-    default in training) or ``lstsq`` (exact, CR's random B)."""
+    default in training) or ``lstsq`` (exact, CR's random B). ``deadline`` bounds CR's seed
+    search (``cyclic.best_cyclic``)."""
     if not isinstance(n, int) or n < 1:
         raise InputError("--n", "", f"need at least one worker, got {n}")
     if not 0 <= s < n:
@@ -27,11 +30,11 @@ def build(scheme: str, n: int, s: int, *, seed: int = 0, tries: int = 8, decoder
     if name == "fr":
         code = fractional_repetition(n, s)
     elif name == "cr":
-        code = cyclic_repetition(n, s, seed=seed, tries=tries)
+        code = cyclic_repetition(n, s, seed=seed, tries=tries, deadline=deadline)
     elif name == "pgc-fr":
         code = pgc_fr(n, s)
     elif name == "pgc-cr":
-        code = pgc_cr(n, s, seed=seed, tries=tries, decoder=decoder or "lstsq")
+        code = pgc_cr(n, s, seed=seed, tries=tries, decoder=decoder or "lstsq", deadline=deadline)
     elif name == "uncoded":
         code = uncoded(n)
     elif name == "ignore-sgd":

@@ -12,12 +12,18 @@ Every plan is re-scored by replaying it in the simulator. With a linear engine t
 the simulator, so a proven model optimum is the optimum; otherwise the model uses the mean
 per-token time of a simulated ``cgp`` run and the replayed figure stands, with the analytic
 simulator bound as its bound (the result then says ``feasible``, never ``proven_optimal``).
+
+The time limit covers everything: the hint is built first; the model (R x R/U assignment
+literals, so it grows quadratically) is built while time is left, less the replay's share; when
+the model is not built in time or CP-SAT finds no schedule, the hint schedule is replayed and
+returned with termination ``time_limit`` and its gap to the analytic bound.
 """
 from __future__ import annotations
 
 import math
 import time
 
+from pipeplan.deadline import Deadline, OutOfTime
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.fixed_model import completions, fixed_model, list_schedule
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
@@ -33,6 +39,11 @@ from pipeplan.solvers.rollout.policies import CgpPolicy
 SCALE = 10**6  # trainer coefficients are kept in millionths of the time unit
 GRID = 1000    # with a linear engine, time units per decode step
 OPTIMALITY_TOL = 1e-5  # relative; what is left when update times were rounded to the time unit
+# Replaying a plan and scoring it (the simulator, the checker, the bound) take about RESCORE_S +
+# RESCORE_S_PER_REQUEST x requests seconds, measured on one core: 1.1-1.8 s at R = 2,000 (16,000
+# requests). The search stops this long before the time limit.
+RESCORE_S = 0.2
+RESCORE_S_PER_REQUEST = 1e-4
 
 
 def measured_tau(problem: RolloutProblem) -> float:
@@ -54,8 +65,10 @@ def _hint_orders(problem: RolloutProblem) -> dict[str, list[int]]:
 class RolloutCpModel:
     """Times are integers in ``unit_s``; request starts are multiples of ``grid`` units."""
 
-    def __init__(self, problem: RolloutProblem, m, unit_s: float, grid: int = 1):
+    def __init__(self, problem: RolloutProblem, m, unit_s: float, grid: int = 1, deadline: Deadline | None = None):
+        """Raises OutOfTime when ``deadline`` passes before the model is built."""
         from ortools.sat.python import cp_model
+        deadline = deadline or Deadline(None)
         self.problem, self.m, self.unit, self.grid = problem, m, unit_s, grid
         p, tr = problem, problem.trainer
         self.dur = [math.ceil(d / unit_s - 1e-9) for d in m.durations]
@@ -84,18 +97,24 @@ class RolloutCpModel:
             md.AddMaxEquality(c, [self.start[i] + self.dur[i] for i in p.group_requests(g)])
             self.done.append(c)
         nb = len(sizes)
-        self.x = [[md.NewBoolVar(f"x{g}_{j}") for j in range(nb)] for g in range(p.R)]
+        self.x = []
+        for g in range(p.R):
+            deadline.check()
+            self.x.append([md.new_bool_var(f"x{g}_{j}") for j in range(nb)])
         self.ustart, self.udur = [], []
+        total = cp_model.LinearExpr
         for j in range(nb):
-            md.Add(sum(self.x[g][j] for g in range(p.R)) == sizes[j])
-            tokens = sum(p.group_tokens[g] * self.x[g][j] for g in range(p.R))
+            deadline.check()
+            column = [self.x[g][j] for g in range(p.R)]
+            md.add(total.sum(column) == sizes[j])
+            tokens = total.weighted_sum(column, p.group_tokens)
             micro = md.NewIntVar(1, max(1, -(-sum(p.group_tokens) // tr.token_budget)), f"mb{j}")
             md.Add(micro * tr.token_budget >= tokens)
             d = md.NewIntVar(0, horizon, f"d{j}")
             md.Add(SCALE * d >= self.coef[0] + self.coef[1] * micro + self.coef[2] * tokens)
             s = md.NewIntVar(0, horizon, f"u{j}")
             for g in range(p.R):
-                md.Add(s >= self.done[g]).OnlyEnforceIf(self.x[g][j])
+                md.add(s >= self.done[g]).only_enforce_if(self.x[g][j])
             if j:
                 md.Add(s >= self.ustart[-1] + self.udur[-1])
             self.ustart.append(s)
@@ -113,8 +132,10 @@ class RolloutCpModel:
         micro = self.problem.trainer.microbatches(tokens)
         return -(-(self.coef[0] + self.coef[1] * micro + self.coef[2] * tokens) // SCALE)
 
-    def hint(self, starts: list[int], batches: list[list[int]]) -> None:
+    def hint(self, starts: list[int], batches: list[list[int]], deadline: Deadline | None = None) -> None:
+        """Raises OutOfTime when ``deadline`` passes first."""
         md, p = self.md, self.problem
+        deadline = deadline or Deadline(None)
         md.ClearHints()
         for v, s in zip(self.step, starts):
             md.AddHint(v, s // self.grid)
@@ -123,8 +144,9 @@ class RolloutCpModel:
             md.AddHint(self.done[g], c)
         free = 0
         for j, groups in enumerate(batches):
+            deadline.check()
             for g in range(p.R):
-                md.AddHint(self.x[g][j], g in groups)
+                md.add_hint(self.x[g][j], g in groups)
             d = self._update_time(sum(p.group_tokens[g] for g in groups))
             s = max([free] + [done[g] for g in groups])
             md.AddHint(self.ustart[j], s)
@@ -150,41 +172,88 @@ class RolloutCpModel:
         return names[status], starts, batches, solver.BestObjectiveBound(), solver.ObjectiveValue()
 
 
-@register("rollout", "cpsat", exact=True, requires=("ortools",),
-          description="offline optimum with known lengths (CP-SAT), re-scored by replay in the simulator")
-def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | None = None,
-                time_unit_s: float = 1e-3, **_):
-    """With a linear engine every planned start lies on the engine's step grid (c0), so the
-    replay is exact. The time limit covers building the model and the hint too."""
-    began = time.perf_counter()
-    if tau is None and not problem.engine.linear:
-        tau = measured_tau(problem)
-    m = fixed_model(problem, tau)
-    unit, grid = (m.tau / GRID, GRID) if m.exact else (time_unit_s, 1)
-    model = RolloutCpModel(problem, m, unit, grid)
-    best = None       # hint: the best engine-like list schedule of a few orders, trainer in completion order
-    for order in _hint_orders(problem).values():
+def best_hint(problem: RolloutProblem, m, deadline: Deadline) -> tuple[float, list[float], list[list[int]], str]:
+    """The best engine-like list schedule of a few priority orders on the fixed model, the
+    trainer in completion order: (model train end, starts in seconds, updates, order name).
+    Past the deadline no further order is tried (the first always is)."""
+    best = None
+    for name, order in _hint_orders(problem).items():
+        if best is not None and deadline.expired():
+            break
         starts = list_schedule(m, order)
         done = completions(problem, m, starts)
         batches = chunks(stream_order(done), problem.update_sizes())
         value = run_updates(problem, done, batches)[-1].end_s
         if best is None or value < best[0]:
-            best = (value, starts, batches)
-    model.hint([grid * math.ceil(s / unit / grid - 1e-9) for s in best[1]], best[2])
-    left = None if time_limit is None else max(0.05, time_limit - (time.perf_counter() - began))
-    status, starts_u, batches, bound_u, value_u = model.solve(left, seed, threads)
-    if starts_u is None:
-        raise RuntimeError(f"CP-SAT found no schedule ({status}) within the time limit")
-    order = sorted(range(problem.n_requests), key=lambda i: (starts_u[i], i))
-    candidates = []
-    for timed in (True, False):           # at the planned times, or in the planned order as early as possible
-        admissions = [[i, starts_u[i] * unit if timed else 0.0] for i in order]
-        plan = {"schema": PLAN_SCHEMA, "policy": "cpsat", "admissions": admissions, "updates": batches,
-                "trainer": "planned"}
+            best = (value, starts, batches, name)
+    return best
+
+
+def best_replay(problem: RolloutProblem, plans: list[tuple[str, list[float], list[list[int]]]],
+                deadline: Deadline):
+    """The best replay of some plans (name, starts in seconds, updates): each at the planned
+    times or in the planned order as early as possible, with the planned or the streaming
+    trainer. No further replay starts when the last one would not fit in the time left (the
+    first of each plan always does). Returns (schedule, plan name, how)."""
+    best, tried, took = None, set(), 0.0
+    for timed in (True, False):
         for trainer in ("planned", "stream"):
-            candidates.append((replay(problem, plan, trainer=trainer), f"{'timed' if timed else 'order'}/{trainer}"))
-    schedule, how = min(candidates, key=lambda c: c[0].metrics()["train_end_s"])
+            for name, starts_s, batches in plans:
+                if name in tried and deadline.limit is not None and deadline.remaining() < took:
+                    continue
+                tried.add(name)
+                began = time.perf_counter()
+                order = sorted(range(problem.n_requests), key=lambda i: (starts_s[i], i))
+                admissions = [[i, starts_s[i] if timed else 0.0] for i in order]
+                plan = {"schema": PLAN_SCHEMA, "policy": "cpsat", "admissions": admissions, "updates": batches,
+                        "trainer": "planned"}
+                schedule = replay(problem, plan, trainer=trainer)
+                took = time.perf_counter() - began
+                if best is None or schedule.metrics()["train_end_s"] < best[0].metrics()["train_end_s"]:
+                    best = (schedule, name, f"{'timed' if timed else 'order'}/{trainer}")
+    return best
+
+
+@register("rollout", "cpsat", exact=True, requires=("ortools",),
+          description="offline optimum with known lengths (CP-SAT), re-scored by replay in the simulator")
+def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | None = None,
+                time_unit_s: float = 1e-3, **_):
+    """With a linear engine every planned start lies on the engine's step grid (c0), so the
+    replay is exact. The time limit covers building the model and the hint too; past it the
+    hint schedule comes back (termination time_limit)."""
+    clock = Deadline(time_limit)
+    rescore = RESCORE_S + RESCORE_S_PER_REQUEST * problem.n_requests
+    search = Deadline(None if time_limit is None else max(0.0, time_limit - rescore))
+    if tau is None and not problem.engine.linear:
+        tau = measured_tau(problem)
+    m = fixed_model(problem, tau)
+    unit, grid = (m.tau / GRID, GRID) if m.exact else (time_unit_s, 1)
+    hint = best_hint(problem, m, search)
+    status = "not built"
+    try:
+        search.check()
+        model = RolloutCpModel(problem, m, unit, grid, deadline=search)
+        model.hint([grid * math.ceil(s / unit / grid - 1e-9) for s in hint[1]], hint[2], deadline=search)
+        search.check()
+        status, starts_u, batches, bound_u, value_u = model.solve(search.remaining(floor=0.05), seed, threads)
+    except OutOfTime:
+        starts_u = None
+    if status == "infeasible":
+        raise RuntimeError("CP-SAT found the fixed-duration model infeasible")
+    plans = [] if starts_u is None else [("cpsat", [s * unit for s in starts_u], batches)]
+    if status != "optimal":      # cut short by the time limit: the hint competes
+        plans.append(("hint", hint[1], hint[2]))
+    schedule, source, how = best_replay(problem, plans, clock)
     schedule.policy = "cpsat"
+    if source == "hint":
+        if starts_u is None:
+            why = f"CP-SAT {'model not built' if status == 'not built' else status} within the time limit"
+            valid_bound = None
+        else:
+            why = (f"CP-SAT's best within the time limit ({value_u * unit:.3f} s on the model) replays worse "
+                   "than the hint")
+            valid_bound = (bound_u * unit - model.slack_s) if model.exact else None
+        return _hint_result(problem, m, unit, hint, status, schedule, how, why, valid_bound)
     model_value, model_bound = value_u * unit, bound_u * unit
     replayed = schedule.metrics()["train_end_s"]
     if model.exact and replayed > model_value + 1e-6 * max(1.0, model_value):
@@ -202,3 +271,17 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | Non
     return scored_result(problem, "cpsat", schedule, termination=termination,
                          quality=Quality.PROVEN_OPTIMAL if proven else Quality.FEASIBLE,
                          bound=valid_bound, params=params, message=message)
+
+
+def _hint_result(problem, m, unit, hint, status, schedule, how, why, bound):
+    """The replayed hint schedule: what comes back when CP-SAT has nothing better in time.
+    ``bound``: CP-SAT's valid bound, if any (else the analytic one stands)."""
+    value, _, _, name = hint
+    params = {"tau_s": m.tau, "time_unit_s": unit, "model_exact": m.exact, "model_status": status,
+              "hint": name, "hint_model_train_end_s": value, "replay": how}
+    message = (f"{why}: the hint ({name} list schedule, {value:.3f} s on the fixed-duration model) replayed "
+               f"({how}) {schedule.metrics()['train_end_s']:.3f} s; bound: "
+               + ("the larger of CP-SAT's and the analytic lower bound" if bound is not None
+                  else "the analytic lower bound"))
+    return scored_result(problem, "cpsat", schedule, termination=Termination.TIME_LIMIT, quality=Quality.FEASIBLE,
+                         bound=bound, params=params, message=message)

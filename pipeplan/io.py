@@ -1,7 +1,7 @@
 """File helpers every loader and writer goes through.
 
 Reading: :func:`read_input` opens a user's file without following it into a FIFO, device or
-folder, refuses files above the size cap and remembers what was read (so no command writes its
+folder, refuses files above the size cap and remembers every file it read (so no command writes its
 output over one of its own inputs); :func:`load_text`, :func:`load_json`, :func:`load_toml`,
 :func:`read_csv` and :func:`parse_number` build on it and turn every fault (bad encoding, too
 deep nesting (caught as the parser's RecursionError), a field past the csv limit, NaN or overflowing numbers) into one
@@ -16,6 +16,7 @@ Size cap: ``PIPEPLAN_MAX_INPUT_MB`` (default 512 MiB) for any single input file.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -30,7 +31,9 @@ from typing import Any, Iterator
 from pipeplan.errors import InputError
 
 DEFAULT_MAX_INPUT_MB = 512
-_INPUTS: set[tuple[int, int]] = set()     # (device, inode) of every file read by this process
+# (device, inode, mtime) of every file read by this process: the mtime keeps an inode that the
+# file system reuses for a new file, in a long-running process, from passing for an old input
+_INPUTS: set[tuple[int, int, int]] = set()
 
 
 def max_input_bytes() -> int:
@@ -52,13 +55,8 @@ def _kind(mode: int) -> str:
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
 
 
-def note_input(path: str | Path) -> None:
-    """Remember ``path`` as an input of this command (for readers that open files themselves)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return
-    _INPUTS.add((st.st_dev, st.st_ino))
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 def read_input(path: str | Path, *, what: str = "file") -> bytes:
@@ -86,7 +84,7 @@ def read_input(path: str | Path, *, what: str = "file") -> bytes:
             total += len(chunk)
             if total > cap:
                 raise InputError(str(path), "", f"grew past the input size cap of {cap} bytes while read")
-        _INPUTS.add((st.st_dev, st.st_ino))
+        _INPUTS.add(_identity(st))
         return b"".join(chunks)
     except OSError as exc:
         raise InputError(str(path), "", f"cannot read {what} ({exc.strerror or exc})") from None
@@ -134,8 +132,8 @@ def read_csv(path: str | Path, *, what: str = "CSV file") -> list[tuple[int, lis
     size limit or a broken quote is an error naming the line (and the column, when it is a field
     that is too long)."""
     path = Path(path)
-    lines = load_text(path, what=what).splitlines()
-    reader = csv.reader(lines)
+    text = load_text(path, what=what)
+    reader = csv.reader(io.StringIO(text, newline=""))
     rows, start = [], 1
     try:
         for row in reader:
@@ -143,17 +141,17 @@ def read_csv(path: str | Path, *, what: str = "CSV file") -> list[tuple[int, lis
                 rows.append((start, row))
             start = reader.line_num + 1
     except csv.Error as exc:
-        raise InputError(str(path), _csv_fault(lines, start, len(rows)), f"unreadable CSV ({exc})") from None
+        raise InputError(str(path), _csv_fault(text, start, len(rows)), f"unreadable CSV ({exc})") from None
     return rows
 
 
-def _csv_fault(lines: list[str], line: int, good_rows: int) -> str:
+def _csv_fault(text: str, line: int, good_rows: int) -> str:
     """``line N`` of a row the csv module refused, with ``column C`` when one field is too long
     (re-read without the field limit; the input size cap already bounds the memory)."""
     limit = csv.field_size_limit()
-    csv.field_size_limit(max(limit, sum(map(len, lines)) + 1))
+    csv.field_size_limit(max(limit, len(text) + 1))
     try:
-        rows = [r for r in csv.reader(lines) if any(c.strip() for c in r)]
+        rows = [r for r in csv.reader(io.StringIO(text, newline="")) if any(c.strip() for c in r)]
     except csv.Error:
         return f"line {line}"
     finally:
@@ -201,7 +199,7 @@ def check_output(path: str | Path, *, folder: bool = False) -> Path:
         raise InputError(str(path), "", f"output folder is {_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}")
     if not folder and not stat.S_ISREG(st.st_mode):
         raise InputError(str(path), "", f"output is {_kind(st.st_mode)}, expected a file (or a new name)")
-    if (st.st_dev, st.st_ino) in _INPUTS:
+    if _identity(st) in _INPUTS:
         raise InputError(str(path), "", "output would overwrite an input of this command")
     return path
 

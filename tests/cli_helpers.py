@@ -1,4 +1,5 @@
 """Running the CLI as a user does (a subprocess) and checking the one-line error contract."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -6,9 +7,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args, cwd=None):
+def run_cli(*args, cwd=None, env=None):
+    """``env``: variables set on top of this process's environment."""
     return subprocess.run([sys.executable, "-m", "pipeplan.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd or ROOT, timeout=300)
+                          text=True, cwd=cwd or ROOT, timeout=300, env={**os.environ, **(env or {})})
 
 
 def assert_input_error(proc, *needles):

@@ -1,0 +1,49 @@
+"""Refusing work that would exhaust the machine, from an estimate made before anything is
+allocated.
+
+Each command that allocates in proportion to an option (``--steps``, ``--samples``, ``--frames``,
+``--jobs``, ...) states what one unit of it costs; :func:`check_memory` compares the estimate
+with the memory cap and refuses with a one-line error naming the option, the estimate and the
+largest value that fits. The cap is ``PIPEPLAN_MAX_MEMORY_MB`` when set, otherwise half of this
+machine's physical memory (so one command never pushes the machine into swap on its own).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from pipeplan.errors import InputError
+
+
+def memory_cap_bytes() -> int:
+    raw = os.environ.get("PIPEPLAN_MAX_MEMORY_MB", "")
+    if raw:
+        try:
+            mb = float(raw)
+        except ValueError:
+            mb = float("nan")
+        if not (math.isfinite(mb) and mb > 0):
+            raise InputError("PIPEPLAN_MAX_MEMORY_MB", "", f"must be a positive number of MiB, got {raw!r}")
+        return int(mb * (1 << 20))
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} PiB"
+
+
+def check_memory(option: str, value: int, bytes_each: float, *, fixed: float = 0.0) -> None:
+    """Refuse ``option`` = ``value`` when ``value * bytes_each + fixed`` bytes exceed the cap."""
+    cap = memory_cap_bytes()
+    need = value * bytes_each + fixed
+    if need > cap:
+        largest = max(0, int((cap - fixed) // bytes_each)) if bytes_each > 0 else 0
+        raise InputError(option, "", f"{value} needs about {_human(need)} of memory, above the limit of {_human(cap)} "
+                                     f"(largest that fits: {largest}; raise the limit with PIPEPLAN_MAX_MEMORY_MB)")

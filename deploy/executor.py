@@ -18,6 +18,7 @@ each PU's busy share, the time its ONNX Runtime calls took over the run's wall t
 """
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -32,6 +33,7 @@ import onnxruntime as ort
 from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
 from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
 from pipeplan.errors import InputError
+from pipeplan.sizes import check_memory
 
 OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
 QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory
@@ -44,6 +46,8 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     if frames < 2:
         raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
     m = load_manifest(folder)
+    # every frame's outputs are kept for the reference check (twice: ours and the reference's)
+    check_memory("--frames", frames, 2 * sum(math.prod(t.concrete_shape()) * t.dtype.itemsize for t in m.outputs))
     host_cpus = os.cpu_count() or 1
     for pu, rt in m.pus.items():
         if rt["intra_op_threads"] > OVERSUBSCRIPTION * host_cpus:

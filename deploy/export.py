@@ -7,7 +7,7 @@ The model gets deterministic random weights first (:mod:`weights`; a no-op for a
 with ``onnx.utils.Extractor`` by their input and output tensor names.
 
 A model that keeps its weights in external files gets them inline first
-(:func:`~pipeplan.deploy.weights.inline_external_data`; each file must lie in the model's
+(:func:`~pipeplan.formulations.mapping.onnx_external.inline_external_data`; each file must lie in the model's
 folder), so the export folder is self-contained.
 
 The export is atomic: everything is built in a temporary folder beside ``out`` and renamed to
@@ -33,7 +33,8 @@ from onnx.utils import Extractor
 from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
 from pipeplan.deploy.partition import Group, branch_groups, check_plan
 from pipeplan.deploy.runtime import pu_runtime
-from pipeplan.deploy.weights import inline_external_data, with_random_weights
+from pipeplan.deploy.weights import with_random_weights
+from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, read_model

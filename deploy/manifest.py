@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import GraphProto, ModelProto, TensorProto
 
 from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION, check_session_config
-from pipeplan.errors import InputError
-from pipeplan.io import load_json, read_input
+from pipeplan.formulations.mapping.onnx_external import external_tensors
+from pipeplan.io import inside_folder, load_json, read_input
 from pipeplan.profiles.format import Reader
 from pipeplan.profiles.roofline import MAX_THREADS
 
@@ -80,46 +78,6 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def inside_folder(folder: str | Path, name: Any, source: str, field: str) -> Path:
-    """``folder / name`` with every link followed, refused unless it lies inside ``folder``.
-    Checked before the file is opened, so a name from an untrusted folder ('../x', an absolute
-    path, a link pointing out) can neither read a file elsewhere nor reveal anything about it."""
-    if not isinstance(name, str) or not name:
-        raise InputError(source, field, f"expected a non-empty file name, got {name!r}")
-    root = Path(folder).resolve()
-    try:
-        path = (root / name).resolve()
-    except (OSError, RuntimeError, ValueError) as exc:   # a link loop, a NUL byte
-        raise InputError(source, field, f"cannot resolve {name!r} ({exc})") from None
-    if path == root or not path.is_relative_to(root):
-        raise InputError(source, field, f"{name!r} is not a file inside {folder} (links followed); "
-                         "only files inside it are read")
-    return path
-
-
-def _tensors(graph: GraphProto) -> Iterator[TensorProto]:
-    """Every tensor stored in ``graph``: initializers (sparse ones too) and node attributes,
-    in subgraphs as well."""
-    sparse = list(graph.sparse_initializer)
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            sparse += [a.sparse_tensor] if a.HasField("sparse_tensor") else []
-            sparse += a.sparse_tensors
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from _tensors(sub)
-    for s in sparse:
-        yield from (s.values, s.indices)
-
-
-def external_tensors(model: ModelProto) -> list[TensorProto]:
-    """The tensors of ``model`` whose data lies in an external file."""
-    return [t for t in _tensors(model.graph) if t.data_location == TensorProto.EXTERNAL]
 
 
 def _checked_model(r: Reader, folder: Path, spec: Any, fld: str) -> Path:

@@ -17,65 +17,25 @@ Every node is given its :func:`onnx_node_names` name first, so the unit names of
 not change when stand-ins disappear from the node list. Initializers are removed from the
 graph inputs (IR version 4 or later allows that), so the model's inputs are the real ones.
 
-Models that keep their weights in files beside the ``.onnx`` (``onnx.save_model(...,
-save_as_external_data=True)``) are read with :func:`inline_external_data` first, so every
+Models that keep their weights in files beside the ``.onnx`` are read with
+:func:`~pipeplan.formulations.mapping.onnx_external.inline_external_data` first, so every
 exported sub-model holds its weights and the export folder is self-contained.
 """
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 from onnx import ModelProto, TensorProto, helper, numpy_helper, shape_inference
 
-from pipeplan.deploy.manifest import external_tensors, inside_folder
-from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.onnx_graph import onnx_node_names
-from pipeplan.io import read_input
 
 # Ops that pass a weight on unchanged in value (only in layout); the role is decided further on.
 _LAYOUT_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transpose"}
 _MATRIX_WEIGHT = {("Conv", 1), ("ConvTranspose", 1), ("Gemm", 1), ("MatMul", 1)}
 _POSITIVE = {("BatchNormalization", 1), ("BatchNormalization", 4), ("Mul", 0), ("Mul", 1)}
 BIAS_STD = 0.05
-MAX_PROTOBUF = 2**31 - 1   # bytes: the most one serialised ONNX model may hold
-
-
-def inline_external_data(model: ModelProto, model_file: Path) -> ModelProto:
-    """``model`` (read from ``model_file`` without its external data) with every external
-    tensor's bytes read into the tensor. A model is untrusted input: each ``location`` must lie
-    inside the model's folder (links followed), checked before the file is opened. Edits
-    ``model`` in place and returns it."""
-    files: dict[Path, bytes] = {}
-    for tensor in external_tensors(model):
-        info = {e.key: e.value for e in tensor.external_data}
-        fld = f"external_data[{tensor.name}]"
-        path = inside_folder(model_file.parent, info.get("location"), str(model_file), f"{fld}.location")
-        if path not in files:
-            files[path] = read_input(path, what="external data file")
-        tensor.raw_data = _extent(files[path], info, str(model_file), fld)
-        del tensor.external_data[:]
-        tensor.data_location = TensorProto.DEFAULT
-    size = model.ByteSize() if files else 0
-    if size > MAX_PROTOBUF:
-        raise InputError(str(model_file), "external_data", f"the weights do not fit in one ONNX model "
-                         f"({size} bytes, at most {MAX_PROTOBUF}); export needs them inline")
-    return model
-
-
-def _extent(data: bytes, info: dict[str, str], source: str, fld: str) -> bytes:
-    """The bytes ``info``'s ``offset`` and ``length`` (both optional) pick from ``data``."""
-    try:
-        offset = int(info.get("offset", 0))
-        length = int(info.get("length", len(data) - offset))
-    except ValueError:
-        raise InputError(source, fld, "offset and length must be integers") from None
-    if not 0 <= offset <= offset + length <= len(data):
-        raise InputError(source, fld, f"bytes {offset} to {offset + length} are not in the "
-                         f"{len(data)}-byte file {info['location']!r}")
-    return data[offset:offset + length]
 
 
 def with_random_weights(model: ModelProto, seed: int) -> tuple[ModelProto, int]:

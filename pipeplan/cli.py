@@ -18,11 +18,16 @@ from pipeplan.cli_rollout import rollout_app
 from pipeplan.errors import InputError, SolverFailure
 from pipeplan.api import check_limits
 from pipeplan.io import staged_folder
+from pipeplan.sizes import check_memory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
 app.add_typer(gradcode_app, name="gradcode")
 app.add_typer(rollout_app, name="rollout")
+
+
+# Peak memory of one bench run's process (results/limits.md: 60-200 MB on the quick suite's sizes)
+BENCH_BYTES_PER_JOB = 256 << 20
 
 
 def _emit(obj) -> None:
@@ -271,6 +276,7 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
     if engine not in ("local", "ray"):
         raise InputError("--engine", "", f"unknown engine {engine!r} (local, ray)")
     check_limits(time_limit)
+    check_memory("--jobs", jobs, BENCH_BYTES_PER_JOB)
     suite_file, spec = load_suite(suite)
     plan_runs(spec, time_limit, str(suite_file))  # validate every group before creating any folder
     folder = out or Path("results") / Path(suite).stem
@@ -280,6 +286,40 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
     write_report(folder)
     typer.echo(f"{counts['runs']} runs ({counts['skipped']} already recorded, {counts['ran']} run now) in "
                f"{counts['wall_time_s']:.0f} s -> {folder}/runs.jsonl, report.md, summary.csv")
+
+
+@app.command("limits")
+def limits_cmd(out: Path = typer.Option(Path("results/limits.md"), "--out", help="the Markdown report"),
+               systems: str = typer.Option("mapping,gradcode,rollout", "--systems", help="comma list"),
+               limits: str = typer.Option("3,30", "--limits", help="time limits to try (s), comma list")):
+    """Benchmark the time-limit guarantee: whole-process wall time and peak memory of every exact
+    solver and NSGA-II on synthetic instances of growing size (one process per run)."""
+    from pipeplan.io import check_output, write_atomic
+    from pipeplan.limits_bench import SIZES, measure, plan, report
+
+    chosen = [x.strip() for x in systems.split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in SIZES]
+    if not chosen or unknown:
+        raise InputError("--systems", "", f"unknown system {unknown[0] if unknown else ''!r} ({', '.join(SIZES)})")
+    try:
+        seconds = tuple(float(x) for x in limits.split(",") if x.strip())
+    except ValueError:
+        raise InputError("--limits", "", f"not a comma list of seconds: {limits!r}") from None
+    for limit in seconds or (None,):
+        check_limits(limit if limit is not None else -1.0)
+    check_output(out)
+    load = __import__("os").getloadavg()
+    runs = []
+    todo = plan(chosen, seconds)
+    with _progress("limits") as progress:
+        for i, (system, solver, size, limit) in enumerate(todo):
+            progress(i, len(todo), f"{system} {solver} {size} @ {limit:g} s")
+            runs.append(measure(system, solver, size, limit))
+            r = runs[-1]
+            typer.echo(f"{system:8s} {solver:6s} {size:>6} limit {limit:>4g} s: wall {r.wall_s:6.2f} s, "
+                       f"{r.peak_rss_mb:6.0f} MB, {r.termination}{'' if r.ok else '  MISSES THE GOAL'}", err=True)
+    write_atomic(out, report(runs, load=load))
+    typer.echo(f"{sum(r.ok for r in runs)} of {len(runs)} runs meet the goal -> {out}")
 
 
 @app.command("report")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pipeplan.errors import InputError
+from pipeplan.sizes import bytes_from_env
 
 DEFAULT_MAX_INPUT_MB = 512
 # (device, inode, mtime) of every file read by this process: the mtime keeps an inode that the
@@ -38,16 +39,8 @@ _INPUTS: set[tuple[int, int, int]] = set()
 
 def max_input_bytes() -> int:
     """The input size cap: ``PIPEPLAN_MAX_INPUT_MB`` (a positive number of MiB) or 512 MiB."""
-    raw = os.environ.get("PIPEPLAN_MAX_INPUT_MB", "")
-    if not raw:
-        return DEFAULT_MAX_INPUT_MB << 20
-    try:
-        mb = float(raw)
-    except ValueError:
-        mb = float("nan")
-    if not (math.isfinite(mb) and mb > 0):
-        raise InputError("PIPEPLAN_MAX_INPUT_MB", "", f"must be a positive number of MiB, got {raw!r}")
-    return int(mb * (1 << 20))
+    cap = bytes_from_env("PIPEPLAN_MAX_INPUT_MB")
+    return DEFAULT_MAX_INPUT_MB << 20 if cap is None else cap
 
 
 def _kind(mode: int) -> str:
@@ -90,6 +83,23 @@ def read_input(path: str | Path, *, what: str = "file") -> bytes:
         raise InputError(str(path), "", f"cannot read {what} ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
+
+
+def inside_folder(folder: str | Path, name: Any, source: str, field: str) -> Path:
+    """``folder / name`` with every link followed, refused unless it lies inside ``folder``.
+    Checked before the file is opened, so a name from an untrusted folder ('../x', an absolute
+    path, a link pointing out) can neither read a file elsewhere nor reveal anything about it."""
+    if not isinstance(name, str) or not name:
+        raise InputError(source, field, f"expected a non-empty file name, got {name!r}")
+    root = Path(folder).resolve()
+    try:
+        path = (root / name).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:   # a link loop, a NUL byte
+        raise InputError(source, field, f"cannot resolve {name!r} ({exc})") from None
+    if path == root or not path.is_relative_to(root):
+        raise InputError(source, field, f"{name!r} is not a file inside {folder} (links followed); "
+                         "only files inside it are read")
+    return path
 
 
 def load_text(path: str | Path, *, what: str = "file") -> str:
@@ -228,8 +238,16 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     return path
 
 
+PRETTY_JSON_MAX = 1 << 20
+
+
 def write_json(path: str | Path, obj: Any) -> Path:
-    return write_atomic(path, json.dumps(obj, indent=2) + "\n")
+    """Indented JSON up to 1 MiB; larger documents (a dense code matrix at n = 2,000) compact:
+    indenting forces Python's slow encoder and multiplies the size."""
+    text = json.dumps(obj)
+    if len(text) <= PRETTY_JSON_MAX:
+        text = json.dumps(obj, indent=2)
+    return write_atomic(path, text + "\n")
 
 
 @contextmanager

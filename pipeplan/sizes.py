@@ -15,16 +15,24 @@ import os
 from pipeplan.errors import InputError
 
 
+def bytes_from_env(name: str) -> int | None:
+    """A cap set in the environment as a positive number of MiB (None when unset)."""
+    raw = os.environ.get(name, "")
+    if not raw:
+        return None
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = float("nan")
+    if not (math.isfinite(mb) and mb > 0):
+        raise InputError(name, "", f"must be a positive number of MiB, got {raw!r}")
+    return int(mb * (1 << 20))
+
+
 def memory_cap_bytes() -> int:
-    raw = os.environ.get("PIPEPLAN_MAX_MEMORY_MB", "")
-    if raw:
-        try:
-            mb = float(raw)
-        except ValueError:
-            mb = float("nan")
-        if not (math.isfinite(mb) and mb > 0):
-            raise InputError("PIPEPLAN_MAX_MEMORY_MB", "", f"must be a positive number of MiB, got {raw!r}")
-        return int(mb * (1 << 20))
+    cap = bytes_from_env("PIPEPLAN_MAX_MEMORY_MB")
+    if cap is not None:
+        return cap
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError, AttributeError):

@@ -28,6 +28,7 @@ import onnxruntime as ort
 from onnx import ModelProto, helper
 
 from pipeplan.errors import InputError
+from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, onnx_node_names, read_model
 from pipeplan.profiles.format import PU, AffineTransfer, Profile, Transfers
 
@@ -52,7 +53,7 @@ def profile_host(model_path: str | Path, *, pus: tuple[str, ...] = ("C0", "C1"),
     if runs < 1 or warmup < 0 or threads < 1 or not pus or len(set(pus)) != len(pus):
         raise InputError(source, "profile_host", "need runs >= 1, warmup >= 0, threads >= 1 "
                          "and distinct PU names")
-    model = read_model(model_path)
+    model = inline_external_data(read_model(model_path), Path(model_path))   # ORT would look in the cwd
     g = graph_from_model(model, source)
     trace = _run_profiled(_renamed(model), source, runs=runs, warmup=warmup, threads=threads,
                           progress=progress)

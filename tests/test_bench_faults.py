@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan import bench
-from pipeplan.bench import LOCK, RECORDS, bench_lock, run_suite, scan_records
+from pipeplan.bench import LOCK, RECORDS, bench_lock, open_records, run_suite, scan_records
 from pipeplan.errors import InputError
 from tests.cli_helpers import ROOT, assert_input_error, run_cli
 
@@ -308,3 +308,17 @@ def test_scan_keeps_a_last_record_cut_just_before_its_newline(tmp_path):
     path = tmp_path / RECORDS
     path.write_text(json.dumps(rec) + "\n\n" + json.dumps(rec))
     assert scan_records(path) == ([rec, rec], None)
+
+
+def test_a_linked_runs_jsonl_is_refused_neither_read_nor_deleted(tmp_path):
+    """runs.jsonl as a symlink (to someone's file): refused before it is read, written or, with
+    --fresh, deleted."""
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    out.mkdir()
+    victim.write_text("not yours\n")
+    (out / "runs.jsonl").symlink_to(victim)
+    for fresh in (False, True):
+        with pytest.raises(InputError, match="symbolic link"):
+            with open_records(out, fresh=fresh):
+                pass
+        assert (out / "runs.jsonl").is_symlink() and victim.read_text() == "not yours\n"

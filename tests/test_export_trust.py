@@ -22,7 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeplan.deploy.executor import frame_inputs, run_export
 from pipeplan.deploy.export import REFERENCE_FILE, export_plan
-from pipeplan.deploy.manifest import MANIFEST_FILE, inside_folder, load_manifest
+from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest
+from pipeplan.io import inside_folder
 from pipeplan.deploy.runtime import SESSION_CONFIG, check_session_config, pu_runtime
 from pipeplan.deploy.weights import with_random_weights
 from pipeplan.errors import InputError
@@ -353,6 +354,22 @@ def test_external_weights_past_the_end_of_their_file_are_refused(tmp_path):
     model = save_external(tiny_weighted_model(), tmp_path / "model")
     (model.parent / "weights.bin").write_bytes(b"\0" * 8)
     assert_input_error(export_cli(tmp_path / "export", tmp_path, model=model), str(model), "external_data[W]")
+
+
+def test_profile_reads_external_weights_from_the_model_folder_not_the_working_directory(tmp_path):
+    """ONNX Runtime resolves external files against the working directory when given bytes: a
+    decoy weights.bin there must not be read, and the model's own folder must be enough."""
+    model = save_external(tiny_weighted_model(), tmp_path / "model")
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    (cwd / "weights.bin").write_bytes(b"decoy")         # 5 bytes: would fail the 16-byte extent
+    out = tmp_path / "profile.json"
+    proc = run_cli("profile", model, "--out", out, "--runs", "1", "--warmup", "0", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["units"]
+    _point_weights_at(model, "../elsewhere/weights.bin")
+    assert_input_error(run_cli("profile", model, "--out", tmp_path / "p2.json", "--runs", "1", "--warmup", "0",
+                               cwd=cwd), "external_data[W].location", "not a file inside")
 
 
 # ----------------------------------------------------------------- 4. Ray

@@ -211,6 +211,8 @@ def test_check_memory_names_the_option_the_estimate_and_the_largest_value(monkey
     (["gradcode", "train", "--scheme", "fr", "--n", "4", "--s", "1", "--steps", str(10**11)], "--steps"),
     (["gradcode", "verify", "--scheme", "fr", "--n", "40", "--s", "1", "--samples", str(10**11)], "--samples"),
     (["rollout", "simulate", "--workload", "lsat-ar", "--R", str(10**7), "--K", "1000", "--policy", "cgp"], "--R"),
+    (["run", GOOD / "manifest", "--frames", str(10**14)], "--frames"),
+    (["bench", "--suite", "quick", "--jobs", str(10**6), "--out", "bench"], "--jobs"),
 ])
 def test_sizes_past_the_memory_cap_are_refused_before_allocating(tmp_path, args, option):
     proc = run_cli(*args, cwd=tmp_path)

@@ -389,7 +389,7 @@ def open_records(out: Path, *, fresh: bool = False):
     damaged last line is first set aside, and a last record cut just before its newline gets it."""
     records_path = out / RECORDS
     with bench_lock(out):
-        check_output(records_path)      # a link, folder or device there is refused, never followed
+        check_output(records_path, log=True)   # a link, folder or device there is refused, never followed
         try:
             if fresh:
                 records_path.unlink(missing_ok=True)

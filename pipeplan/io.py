@@ -192,10 +192,11 @@ def parse_number(value: Any, source: str, field: str, *, integer: bool = False) 
     return number
 
 
-def check_output(path: str | Path, *, folder: bool = False) -> Path:
+def check_output(path: str | Path, *, folder: bool = False, log: bool = False) -> Path:
     """Refuse an output path that is a symlink, an existing thing of the wrong kind (a folder
     where a file is expected, a file where a folder is, a device, FIFO or socket) or one of this
-    command's inputs, before anything is written. Returns ``path``."""
+    command's inputs (unless it is a ``log`` the command reads and appends to, as bench's
+    runs.jsonl), before anything is written. Returns ``path``."""
     path = Path(path)
     try:
         st = os.lstat(path)
@@ -209,7 +210,7 @@ def check_output(path: str | Path, *, folder: bool = False) -> Path:
         raise InputError(str(path), "", f"output folder is {_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}")
     if not folder and not stat.S_ISREG(st.st_mode):
         raise InputError(str(path), "", f"output is {_kind(st.st_mode)}, expected a file (or a new name)")
-    if _identity(st) in _INPUTS:
+    if not log and _identity(st) in _INPUTS:
         raise InputError(str(path), "", "output would overwrite an input of this command")
     return path
 

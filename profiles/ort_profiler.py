@@ -31,10 +31,13 @@ from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, onnx_node_names, read_model
 from pipeplan.profiles.format import PU, AffineTransfer, Profile, Transfers
+from pipeplan.sizes import check_memory
 
 LEVEL = "max"
 TRANSFER_FIXED_MS = 0.01  # hand-off between two host threads: a queue push and a wake-up
 _SEED = 0
+# ORT's trace holds one JSON event per node and run (about 400 bytes), read whole and parsed
+TRACE_BYTES_PER_NODE_RUN = 2048
 # ORT reports input types as strings; map them to ONNX element types.
 _ORT_TYPES = {"tensor(float)": 1, "tensor(uint8)": 2, "tensor(int8)": 3, "tensor(uint16)": 4,
               "tensor(int16)": 5, "tensor(int32)": 6, "tensor(int64)": 7, "tensor(bool)": 9,
@@ -55,6 +58,7 @@ def profile_host(model_path: str | Path, *, pus: tuple[str, ...] = ("C0", "C1"),
                          "and distinct PU names")
     model = inline_external_data(read_model(model_path), Path(model_path))   # ORT would look in the cwd
     g = graph_from_model(model, source)
+    check_memory("--runs", runs + warmup, TRACE_BYTES_PER_NODE_RUN * g.number_of_nodes())
     trace = _run_profiled(_renamed(model), source, runs=runs, warmup=warmup, threads=threads,
                           progress=progress)
     times = tuple(statistics.median(trace[u][-runs:]) if u in trace else 0.0 for u in g.nodes)

@@ -212,6 +212,7 @@ def test_check_memory_names_the_option_the_estimate_and_the_largest_value(monkey
     (["gradcode", "verify", "--scheme", "fr", "--n", "40", "--s", "1", "--samples", str(10**11)], "--samples"),
     (["rollout", "simulate", "--workload", "lsat-ar", "--R", str(10**7), "--K", "1000", "--policy", "cgp"], "--R"),
     (["run", GOOD / "manifest", "--frames", str(10**14)], "--frames"),
+    (["profile", GOOD / "tiny.onnx", "--runs", str(10**13), "--out", "p.json"], "--runs"),
     (["bench", "--suite", "quick", "--jobs", str(10**6), "--out", "bench"], "--jobs"),
 ])
 def test_sizes_past_the_memory_cap_are_refused_before_allocating(tmp_path, args, option):

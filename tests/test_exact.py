@@ -41,7 +41,9 @@ def test_exact_solver_reaches_brute_force_optimum(solver, problem, objective, op
 @pytest.mark.parametrize("solver", HEURISTIC)
 @pytest.mark.parametrize("problem", CATALOGUE, ids=lambda p: p.name)
 def test_heuristics_never_beat_the_proven_optimum(solver, problem, optima):
-    r = pipeplan.solve(problem, solver, seed=0, time_limit=20)
+    # NSGA-II exhausts a tiny instance's few plans in its first generations and then runs to its
+    # limit (pymoo re-mates to avoid duplicates); 5 s is ample and keeps the suite short
+    r = pipeplan.solve(problem, solver, seed=0, time_limit=5)
     assert r.plan is not None, r.message
     for objective, key in KEY.items():
         assert r.objectives[key] >= optima[problem.name][objective] - 1e-9

@@ -29,19 +29,24 @@ import networkx as nx
 import onnx
 from onnx import ModelProto, helper, shape_inference
 from onnx.utils import Extractor
-
-from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
+from pipeplan.deploy.manifest import (
+    MANIFEST_FILE,
+    MANIFEST_SCHEMA,
+    load_manifest,
+    sha256_of,
+)
 from pipeplan.deploy.partition import Group, branch_groups, check_plan
 from pipeplan.deploy.runtime import pu_runtime
 from pipeplan.deploy.weights import with_random_weights
-from pipeplan.formulations.mapping.onnx_external import inline_external_data
-from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
+from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, read_model
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
 from pipeplan.instances.catalog import PLATFORMS_DIR, load_mapping
-from pipeplan.io import check_output, load_json
 from pipeplan.profiles.roofline import load_platform
+
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import check_output, load_json
 
 REFERENCE_FILE = "model_full.onnx"
 # Graph optimisations stay off, as in `pipeplan profile`, so a deployed stage runs the same

@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pipeplan.errors import InputError
+from pipeplan.core.errors import InputError
 
 INSTANCES_DIR = Path(__file__).parent
 PLATFORMS_DIR = INSTANCES_DIR.parent / "profiles" / "platforms"
@@ -46,8 +46,8 @@ def load_mapping(name: str):
     else:
         platform, _, model = name.partition("/")
         if (PLATFORMS_DIR / f"{platform}.json").exists():
-            from pipeplan.instances.operator_level import operator_instance
             from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS
+            from pipeplan.instances.operator_level import operator_instance
             if model in LIGHT_MODELS:
                 return operator_instance(platform, model)
     known = ", ".join(measured_names()[:4] + operator_names()[:2])

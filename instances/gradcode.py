@@ -8,9 +8,10 @@ steps, stores 2(s+1) partitions), medium (speed 1, 15%, s+1) and slow (speed 0.5
 """
 from __future__ import annotations
 
-from pipeplan.errors import InputError
 from pipeplan.formulations.gradcode.problem import GradCodeProblem, homogeneous_problem
 from pipeplan.formulations.gradcode.straggler import StragglerModel
+
+from pipeplan.core.errors import InputError
 
 TIERS = {"A": (2.0, 0.05, 2), "B": (1.0, 0.15, 1), "C": (0.5, 0.40, 1)}   # speed, p, capacity / (s+1)
 PATTERN = "ABCBACBBACBC"
@@ -61,6 +62,7 @@ def load_instance(name: str) -> GradCodeProblem:
         return synthetic
     if name.endswith(".json"):
         from pipeplan.formulations.gradcode.problem import problem_from_dict
-        from pipeplan.io import load_json
+
+        from pipeplan.core.io import load_json
         return problem_from_dict(load_json(name), name)
     raise InputError(name, "instance", f"unknown gradcode instance (known: {', '.join(instance_names())})")

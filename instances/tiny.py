@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
-from pipeplan.profiles.format import profile_from_dict
+from pipeplan.formulations.mapping.profile import profile_from_dict
 
 
 def _problem(name: str, times: dict[str, list], edges: list[tuple[str, str]], *, transfer: float,

@@ -37,8 +37,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from pipeplan.io import read_csv, write_atomic, write_json
-from pipeplan.profiles.format import profile_from_dict
+from pipeplan.formulations.mapping.profile import profile_from_dict
+
+from pipeplan.core.io import read_csv, write_atomic, write_json
 
 SOURCE = ("Khadas VIM3 (Amlogic A311D) measurements, public repository Ehsan-aghapour/CO-UP-Profiling "
           "at commit 22005a9d8742a71fb9e03e6e1484359984084a12 (Profiling/Data, "
@@ -68,7 +69,7 @@ def _level_key(name: str) -> tuple:
 
 
 def _csv_dicts(path: Path) -> list[dict]:
-    """Rows of a measurement CSV as dicts keyed by its header (read with pipeplan.io's checks)."""
+    """Rows of a measurement CSV as dicts keyed by its header (read with pipeplan.core.io's checks)."""
     rows = read_csv(path, what="measurement CSV")
     if not rows:
         return []

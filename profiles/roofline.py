@@ -39,10 +39,16 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+from pipeplan.formulations.mapping.profile import (
+    PU,
+    AffineTransfer,
+    Profile,
+    Reader,
+    Transfers,
+)
 
-from pipeplan.errors import InputError
-from pipeplan.io import load_json
-from pipeplan.profiles.format import PU, AffineTransfer, Profile, Transfers, Reader
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_json
 
 PLATFORM_SCHEMA = "pipeplan.platform/1"
 LEVEL = "max"  # roofline profiles have one DVFS level: the top one

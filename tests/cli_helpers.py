@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_cli(*args, cwd=None, env=None):
     """``env``: variables set on top of this process's environment."""
-    return subprocess.run([sys.executable, "-m", "pipeplan.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd or ROOT, timeout=300, env={**os.environ, **(env or {})})
 
 

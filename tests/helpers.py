@@ -1,6 +1,6 @@
 """Tiny mapping instances built in code, with numbers small enough to check by hand."""
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
-from pipeplan.profiles.format import profile_from_dict
+from pipeplan.formulations.mapping.profile import profile_from_dict
 
 
 def tiny_problem(times: dict[str, list], edges=None, *, power=None, transfer=0.0, input_ms=None,

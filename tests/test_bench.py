@@ -4,10 +4,10 @@ import time
 
 import pytest
 
-from pipeplan import registry
-from pipeplan.bench import read_records, run_suite
-from pipeplan.registry import register
-from pipeplan.report import write_report
+from pipeplan.app.bench import read_records, run_suite
+from pipeplan.app.report import write_report
+from pipeplan.core import registry
+from pipeplan.core.registry import register
 
 
 def suite_file(tmp_path, body):
@@ -90,7 +90,7 @@ def test_crash_and_overrun_are_recorded_and_the_suite_goes_on(tmp_path, scratch_
     ("[[mapping]\n", ""),
 ])
 def test_bad_suite_files(tmp_path, body, field):
-    from pipeplan.errors import InputError
+    from pipeplan.core.errors import InputError
     with pytest.raises(InputError) as err:
         run_suite(suite_file(tmp_path, body), tmp_path / "out")
     assert field in str(err.value)
@@ -138,7 +138,7 @@ def test_cli_bench_resumes_unless_fresh(tmp_path):
 
 
 def test_time_limit_section_reports_the_worst_solve_per_solver():
-    from pipeplan.report import limits_section
+    from pipeplan.app.report import limits_section
 
     def rec(solver, wall, term="completed"):
         return {"system": "mapping", "instance": "x", "solver": solver, "seed": 0, "time_limit": 10.0,

@@ -14,9 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan import bench
-from pipeplan.bench import LOCK, RECORDS, bench_lock, open_records, run_suite, scan_records
-from pipeplan.errors import InputError
+from pipeplan.app import bench
+from pipeplan.app.bench import (
+    LOCK,
+    RECORDS,
+    bench_lock,
+    open_records,
+    run_suite,
+    scan_records,
+)
+from pipeplan.core.errors import InputError
 from tests.cli_helpers import ROOT, assert_input_error, run_cli
 
 ONE = '[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["single"]\ntime_limit = 5\n'
@@ -115,7 +122,7 @@ def test_property_a_rerun_after_a_torn_write_keeps_every_complete_record(tmp_pat
     """Random records, the last one's line cut anywhere (a torn write): a rerun keeps every
     complete record, sets aside exactly the torn bytes (none if the cut kept the whole JSON),
     appends its own record on a line of its own, and the file then parses line by line.
-    (Folders are kept to the session's end: pipeplan.io knows this process's inputs by inode,
+    (Folders are kept to the session's end: pipeplan.core.io knows this process's inputs by inode,
     and a deleted folder's inode comes back.)"""
     line = (json.dumps(last) + "\n").encode()
     torn = line[: round(cut * len(line))]
@@ -273,7 +280,7 @@ def test_duplicate_seeds_are_refused_before_anything_runs(tmp_path):
 
 def test_engine_ray_without_ray_writes_nothing(tmp_path):
     out = tmp_path / "deep" / "out"
-    block_ray = "import sys; sys.modules['ray'] = None; from pipeplan.cli import main; main(sys.argv[1:])"
+    block_ray = "import sys; sys.modules['ray'] = None; from pipeplan.app.cli import main; main(sys.argv[1:])"
     proc = subprocess.run([sys.executable, "-c", block_ray, "bench", "--suite", suite_file(tmp_path, ONE),
                            "--out", str(out), "--engine", "ray"], capture_output=True, text=True, cwd=ROOT,
                           timeout=300)

@@ -3,7 +3,6 @@ import filecmp
 from pathlib import Path
 
 import pytest
-
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS
 from pipeplan.instances.catalog import load_mapping, measured_names, operator_names
 from pipeplan.profiles.khadas_import import import_khadas

@@ -5,8 +5,8 @@ import math
 from pathlib import Path
 
 import pytest
-
 from pipeplan.instances.catalog import load_mapping
+
 from tests.cli_helpers import assert_input_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

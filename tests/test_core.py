@@ -2,10 +2,10 @@
 import pytest
 
 import pipeplan
-from pipeplan.errors import InputError
-from pipeplan import registry
-from pipeplan.registry import get_solver, register, solvers
-from pipeplan.result import Quality, SolveResult, Termination
+from pipeplan.core import registry
+from pipeplan.core.errors import InputError
+from pipeplan.core.registry import get_solver, register, solvers
+from pipeplan.core.result import Quality, SolveResult, Termination
 from tests.helpers import tiny_problem
 
 
@@ -53,7 +53,7 @@ def test_unavailable_solver_reports_why(scratch_registry):
 
 
 def test_staged_folder_publishes_everything_or_nothing(tmp_path):
-    from pipeplan.io import staged_folder, write_atomic
+    from pipeplan.core.io import staged_folder, write_atomic
 
     out = tmp_path / "deep" / "results"
     with pytest.raises(RuntimeError):

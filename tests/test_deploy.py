@@ -12,18 +12,22 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
-
-import pipeplan
 from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.export import REFERENCE_FILE, export_plan
-from pipeplan.deploy.loop import deploy_loop
 from pipeplan.deploy.runtime import AFFINITY_KEY, pu_runtime
 from pipeplan.deploy.weights import with_random_weights
-from pipeplan.errors import InputError
-from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx, read_model
+from pipeplan.formulations.mapping.onnx_graph import (
+    light_model_path,
+    load_onnx,
+    read_model,
+)
 from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.profiles.roofline import load_platform, platform_from_dict
+
+import pipeplan
+from pipeplan.app.studies.deploy_loop import deploy_loop
+from pipeplan.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 PLATFORMS = ROOT / "profiles" / "platforms"
@@ -32,7 +36,7 @@ RUN_KEYS = {"outputs_match", "throughput_fps", "latency_ms_median", "latency_ms_
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeplan.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], capture_output=True,
                           text=True, cwd=ROOT, timeout=300)
 
 

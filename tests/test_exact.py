@@ -1,20 +1,21 @@
 """Every exact mapping solver in the registry against brute-force optima on the tiny catalogue;
 heuristics never beat a proven optimum; exact fronts equal the brute-force fronts."""
 import pytest
-
-import pipeplan
 from pipeplan.formulations.mapping import brute_force
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.instances.tiny import tiny_catalogue
-from pipeplan.registry import solvers
-from pipeplan.result import Quality, Termination
 from pipeplan.solvers.mapping.exact_front import exact_front
+
+import pipeplan
+from pipeplan.core.registry import solvers
+from pipeplan.core.result import Quality, Termination
 
 CATALOGUE = tiny_catalogue()
 EXACT = [s.name for s in solvers("mapping") if s.exact and s.available()[0]]
 HEURISTIC = [s.name for s in solvers("mapping") if not s.exact and s.available()[0]]
-KEY = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}
+from pipeplan.core.vocabulary import MAPPING_KEYS as KEY
+
 # the exact models work in whole microseconds / nanojoules; the catalogue's times are whole us
 TOL = 1e-6
 

@@ -19,16 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-
 from pipeplan.deploy.executor import frame_inputs, run_export
 from pipeplan.deploy.export import REFERENCE_FILE, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest
-from pipeplan.io import inside_folder
 from pipeplan.deploy.runtime import SESSION_CONFIG, check_session_config, pu_runtime
 from pipeplan.deploy.weights import with_random_weights
-from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, read_model
 from pipeplan.profiles.roofline import load_platform
+
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import inside_folder
 from tests.cli_helpers import ROOT, assert_input_error, run_cli
 
 GOOD = ROOT / "tests" / "bad_inputs" / "good"

@@ -5,14 +5,14 @@ import json
 
 import numpy as np
 import pytest
-
-import pipeplan
-from pipeplan.deadline import Deadline
 from pipeplan.formulations.gradcode.brute_force import optimum
 from pipeplan.formulations.gradcode.evaluator import evaluate, scenario_objective
 from pipeplan.formulations.gradcode.gradient_code import code_from_dict
 from pipeplan.formulations.gradcode.placement import groups_code
-from pipeplan.formulations.gradcode.problem import homogeneous_problem, problem_from_dict
+from pipeplan.formulations.gradcode.problem import (
+    homogeneous_problem,
+    problem_from_dict,
+)
 from pipeplan.formulations.gradcode.verifier import _FixedBatch, straggler_sets, verify
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.checker import check
@@ -20,9 +20,17 @@ from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.instances.gradcode import load_instance
 from pipeplan.instances.synthetic_gradcode import synthetic_gradcode
-from pipeplan.solvers.gradcode.assignment import (assignment_data, check_solution, code_from_assignment, greedy_shape,
-                                                  lower_bound)
+from pipeplan.solvers.gradcode.assignment import (
+    assignment_data,
+    check_solution,
+    code_from_assignment,
+    greedy_shape,
+    lower_bound,
+)
 from pipeplan.solvers.gradcode.baselines import ignore_stragglers_gc
+
+import pipeplan
+from pipeplan.core.deadline import Deadline
 from tests.cli_helpers import run_cli
 
 HETERO_N6 = problem_from_dict({"name": "hetero-n6-s1", "n": 6, "s": 1, "speeds": [2, 1, 0.5, 1, 2, 0.5],

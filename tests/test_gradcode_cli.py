@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tests.cli_helpers import assert_input_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,12 +1,10 @@
 """Gradient codes: every construction decodes every straggler set (exhaustive verifier, n <= 12,
 s <= 3), the checker's rules, the schedules' staleness, and the verifier against single decodes."""
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from dataclasses import replace
-
-from pipeplan.errors import InputError
 from pipeplan.formulations.gradcode.checker import max_staleness, violations
 from pipeplan.formulations.gradcode.decoders import decoding_vector, needed_replies
 from pipeplan.formulations.gradcode.gradient_code import code_from_dict
@@ -15,6 +13,8 @@ from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_cr, pgc_fr
 from pipeplan.solvers.gradcode.schemes import build
+
+from pipeplan.core.errors import InputError
 
 CASES = [(n, s) for n in range(2, 13) for s in range(1, 4) if s < n]
 FR_CASES = [(n, s) for n, s in CASES if n % (s + 1) == 0]

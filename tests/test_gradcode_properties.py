@@ -9,7 +9,6 @@ import itertools
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from pipeplan.formulations.gradcode.decoders import decoding_vector
 from pipeplan.formulations.gradcode.gradient_code import code_from_dict
 from pipeplan.formulations.gradcode.placement import groups_code

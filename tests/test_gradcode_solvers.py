@@ -2,19 +2,19 @@
 FR/CR on homogeneous workers, and re-scored by the evaluator; the registered constructions."""
 import numpy as np
 import pytest
-
-import pipeplan
 from pipeplan.formulations.gradcode import brute_force
 from pipeplan.formulations.gradcode.evaluator import evaluate, scenario_objective
 from pipeplan.formulations.gradcode.gradient_code import code_from_dict
 from pipeplan.formulations.gradcode.problem import GradCodeProblem, homogeneous_problem
 from pipeplan.formulations.gradcode.verifier import verify
 from pipeplan.instances.gradcode import heterogeneous_problem, load_instance
-from pipeplan.registry import solvers
-from pipeplan.result import Quality, Termination
 from pipeplan.solvers.gradcode.assignment import draw_scenarios
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_fr
+
+import pipeplan
+from pipeplan.core.registry import solvers
+from pipeplan.core.result import Quality, Termination
 
 EXACT = [s.name for s in solvers("gradcode") if s.exact and s.available()[0]]
 CONSTRUCTIONS = ["fr", "cr", "pgc-fr", "pgc-cr"]

@@ -3,12 +3,12 @@ import itertools
 import random
 
 import pytest
-
-import pipeplan
 from pipeplan.formulations.mapping.bounds import lower_bounds
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import plan_from_dict, plan_from_string
-from pipeplan.result import Termination
+
+import pipeplan
+from pipeplan.core.result import Termination
 from tests.helpers import tiny_problem
 
 

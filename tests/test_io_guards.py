@@ -1,4 +1,4 @@
-"""The shared readers and writers of pipeplan.io and the size checks of pipeplan.sizes (issue 12:
+"""The shared readers and writers of pipeplan.core.io and the size checks of pipeplan.core.sizes (issue 12:
 inputs and outputs that are not what they claim, sizes that would exhaust the machine).
 
 Every case here failed before these guards (a hang, a traceback, a destroyed input or a file
@@ -15,10 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan.errors import InputError
-from pipeplan.io import (check_output, load_json, load_toml, parse_number, read_csv, read_input,
-                         staged_folder, write_atomic)
-from pipeplan.sizes import check_memory
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import (
+    check_output,
+    load_json,
+    load_toml,
+    parse_number,
+    read_csv,
+    read_input,
+    staged_folder,
+    write_atomic,
+)
+from pipeplan.core.sizes import check_memory
 from tests.cli_helpers import ROOT, assert_input_error, run_cli
 
 GOOD = ROOT / "tests" / "bad_inputs" / "good"

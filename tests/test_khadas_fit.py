@@ -6,10 +6,10 @@ Runs outside the model's domain are marked with the reason; the few known misses
 are strict xfails (if the model starts matching them, the test says so).
 """
 import pytest
-
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.formulations.mapping.measured import measured_runs, plan_for
+from pipeplan.formulations.mapping.frequencies import plan_for
 from pipeplan.instances.catalog import load_mapping
+from pipeplan.instances.khadas_measured import measured_runs
 
 RUNS = measured_runs()
 TOL = 0.10

@@ -4,13 +4,13 @@ time_limit, a gap where the solver has a bound)."""
 import time
 
 import pytest
+from pipeplan.formulations.gradcode.problem import problem_from_dict
 
 import pipeplan
-from pipeplan.bench import catalogue
-from pipeplan.formulations.gradcode.problem import problem_from_dict
-from pipeplan.registry import solvers
+from pipeplan.app.bench import catalogue
+from pipeplan.core.registry import solvers
+from pipeplan.core.vocabulary import SYSTEMS
 
-SYSTEMS = ("mapping", "gradcode", "rollout")
 ALL = [(system, s.name) for system in SYSTEMS for s in solvers(system) if s.available()[0]]
 EXACT = {(system, s.name) for system in SYSTEMS for s in solvers(system) if s.exact and s.available()[0]}
 

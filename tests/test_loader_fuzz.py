@@ -10,19 +10,21 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import pipeplan
 from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.manifest import load_manifest
-from pipeplan.errors import InputError
+from pipeplan.deploy.runtime import pu_runtime
 from pipeplan.formulations.gradcode.gradient_code import code_from_dict
 from pipeplan.formulations.gradcode.problem import problem_from_dict as gradcode_problem
-from pipeplan.formulations.mapping.instance_io import problem_from_dict as mapping_problem
+from pipeplan.formulations.mapping.instance_io import (
+    problem_from_dict as mapping_problem,
+)
 from pipeplan.formulations.mapping.plan import plan_from_dict
+from pipeplan.formulations.mapping.profile import profile_from_dict
 from pipeplan.formulations.rollout.problem import problem_from_dict as rollout_problem
-from pipeplan.profiles.format import profile_from_dict
-from pipeplan.deploy.runtime import pu_runtime
 from pipeplan.profiles.roofline import platform_from_dict
+
+import pipeplan
+from pipeplan.core.errors import InputError
 
 GOOD = Path(__file__).parent / "bad_inputs" / "good"
 

@@ -2,11 +2,11 @@
 random plans."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from pipeplan.formulations.mapping.bounds import lower_bounds
 from pipeplan.formulations.mapping.checker import violations
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage, plan_from_assignment
+
 from tests.helpers import tiny_problem
 
 PUS = ("A", "B", "C")

@@ -4,24 +4,24 @@ import math
 
 import networkx as nx
 import pytest
-
-import pipeplan
-from pipeplan.deadline import Deadline, OutOfTime
-from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.checker import violations
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.instances.catalog import PLATFORMS_DIR, load_mapping
 from pipeplan.instances.synthetic_mapping import synthetic_mapping
 from pipeplan.profiles.roofline import load_platform, roofline_profile
-from pipeplan.result import Quality, Termination
 from pipeplan.solvers.mapping.common import transfer_times
-from pipeplan.solvers.mapping.cpsat import best_heuristic_plan
 from pipeplan.solvers.mapping.cpsat_model import MappingCpModel
 from pipeplan.solvers.mapping.heft import heft_plan
-from pipeplan.solvers.mapping.milp import MappingMilp
+from pipeplan.solvers.mapping.milp_model import MappingMilp
 from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
 from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
+from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
+
+import pipeplan
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.errors import InputError
+from pipeplan.core.result import Quality, Termination
 from tests.helpers import tiny_problem
 
 LARGE = synthetic_mapping(2000)

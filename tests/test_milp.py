@@ -6,16 +6,17 @@ from functools import lru_cache
 
 import pulp
 import pytest
-
-import pipeplan
 from pipeplan.formulations.mapping import brute_force
 from pipeplan.formulations.mapping.bounds import lower_bounds
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.tiny import tiny_catalogue
-from pipeplan.result import Quality, Termination
-from pipeplan.solvers.mapping.milp import AXES, TIE_BREAK
+
+import pipeplan
+from pipeplan.core.result import Quality, Termination
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
+from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
 
 TINY = {p.name: p for p in tiny_catalogue()}
 LIMIT = 30
@@ -123,7 +124,7 @@ def test_time_limit_returns_warm_plan_and_dual_bound():
 def test_cli_stdout_is_only_the_result():
     """HiGHS prints a banner on C stdout; the solver silences it so the JSON parses (and the
     bench's hundreds of runs stay quiet)."""
-    proc = subprocess.run([sys.executable, "-m", "pipeplan.cli", "solve", "khadas-vim3/Google", "--solver", "milp",
+    proc = subprocess.run([sys.executable, "-m", "pipeplan.app.cli", "solve", "khadas-vim3/Google", "--solver", "milp",
                            "--time-limit", str(LIMIT)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

@@ -4,23 +4,30 @@ from functools import lru_cache
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pipeplan
 from pipeplan.formulations.mapping import brute_force
 from pipeplan.formulations.mapping.checker import violations
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.formulations.mapping.pareto import (dominates, hv_ratio, hypervolume, non_dominated,
-                                                  reference_point, rounded)
+from pipeplan.formulations.mapping.pareto import (
+    dominates,
+    hv_ratio,
+    hypervolume,
+    non_dominated,
+    reference_point,
+    rounded,
+)
 from pipeplan.formulations.mapping.plan import plan_from_dict, plan_from_string
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.tiny import tiny_catalogue
-from pipeplan.registry import get_solver
-from pipeplan.result import Quality, Termination
 from pipeplan.solvers.mapping.nsga2 import GeneCodec
+from pipeplan.solvers.mapping.warm_start import reference_plans
+
+import pipeplan
+from pipeplan.core.registry import get_solver
+from pipeplan.core.result import Quality, Termination
 from tests.helpers import tiny_problem
 
 TINY = {p.name: p for p in tiny_catalogue()}
-KEYS = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}
+from pipeplan.core.vocabulary import MAPPING_KEYS as KEYS
 
 
 @lru_cache(maxsize=None)
@@ -51,7 +58,7 @@ def test_front_matches_the_brute_force_front(name):
     found = points(r, ("period", "latency"))
     exact = brute_force.pareto_front(problem, "period", "latency")
     assert not [(f, e) for f in found for e in exact if dominates(f, e)]
-    assert hv_ratio(found, exact, reference_point(problem, ("period", "latency"))) >= 0.99
+    assert hv_ratio(found, exact, reference_point(problem, ("period", "latency"), reference_plans(problem))) >= 0.99
 
 
 def test_three_objectives_match_brute_force():
@@ -62,7 +69,7 @@ def test_three_objectives_match_brute_force():
     found = points(r, axes)
     assert found == non_dominated(found)
     assert not [(f, e) for f in found for e in exact if dominates(f, e)]
-    assert hv_ratio(found, exact, reference_point(problem, axes)) >= 0.99
+    assert hv_ratio(found, exact, reference_point(problem, axes, reference_plans(problem))) >= 0.99
 
 
 def test_same_seed_same_front_and_never_worse_than_pipeline_dp():
@@ -141,12 +148,12 @@ def test_reference_point_is_the_worst_single_pu_plan_plus_ten_percent():
     problem = TINY["tiny/chain4-2pu"]
     units = tuple(u.name for u in problem.units)
     evs = [evaluate(problem, plan_from_string(units, problem.pu_names, pu * len(units))) for pu in problem.pu_names]
-    assert reference_point(problem, ("period", "energy")) == pytest.approx(
+    assert reference_point(problem, ("period", "energy"), reference_plans(problem)) == pytest.approx(
         (1.1 * max(ev.period_ms for ev in evs), 1.1 * max(ev.energy_mj for ev in evs)))
 
 
 def test_reference_point_falls_back_to_heft_when_no_pu_runs_everything():
     problem = tiny_problem({"A": [1.0, None, 2.0], "B": [3.0, 1.0, None]}, transfer=0.5)
     heft = pipeplan.solve(problem, "heft").objectives
-    assert reference_point(problem, ("latency", "period")) == pytest.approx(
+    assert reference_point(problem, ("latency", "period"), reference_plans(problem)) == pytest.approx(
         (1.1 * heft["latency_ms"], 1.1 * heft["period_ms"]))

@@ -8,10 +8,14 @@ import networkx as nx
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from pipeplan.formulations.mapping.onnx_graph import (
+    LIGHT_MODELS,
+    light_model_path,
+    load_onnx,
+    onnx_node_names,
+)
 
-from pipeplan.errors import InputError
-from pipeplan.formulations.mapping.onnx_graph import (LIGHT_MODELS, light_model_path, load_onnx,
-                                                     onnx_node_names)
+from pipeplan.core.errors import InputError
 
 F32 = TensorProto.FLOAT
 

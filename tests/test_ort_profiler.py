@@ -5,11 +5,11 @@ import math
 import tempfile
 
 import pytest
-
-from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
-from pipeplan.profiles.format import profile_from_dict
+from pipeplan.formulations.mapping.profile import profile_from_dict
 from pipeplan.profiles.ort_profiler import profile_host
+
+from pipeplan.core.errors import InputError
 
 
 @pytest.fixture(scope="module")

@@ -2,17 +2,22 @@
 fixed-duration model is the simulator), no policy beating a proven optimum, and the replay
 of CP-SAT's plan reproducing its objective."""
 import pytest
-
-import pipeplan
 from pipeplan.formulations.rollout import brute_force
 from pipeplan.formulations.rollout.checker import check
-from pipeplan.formulations.rollout.fixed_model import (best_trainer, completions, fixed_model, list_schedule,
-                                                       serial_schedule)
+from pipeplan.formulations.rollout.fixed_model import (
+    best_trainer,
+    completions,
+    fixed_model,
+    list_schedule,
+    serial_schedule,
+)
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.instances.rollout import TINY, tiny_instance
-from pipeplan.registry import solvers
-from pipeplan.result import Quality, Termination
 from pipeplan.solvers.rollout.online import POLICIES
+
+import pipeplan
+from pipeplan.core.registry import solvers
+from pipeplan.core.result import Quality, Termination
 from tests.rollout_helpers import small_round
 
 TINIES = [tiny_instance(k) for k in range(TINY)]

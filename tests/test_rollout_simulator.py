@@ -7,16 +7,19 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import pipeplan
-from pipeplan.formulations.rollout.bounds import earliest_completions, train_end_lower_bound
+from pipeplan.formulations.rollout.bounds import (
+    earliest_completions,
+    train_end_lower_bound,
+)
 from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import Update
 from pipeplan.formulations.rollout.simulator import decode_time, simulate, steps_until
 from pipeplan.formulations.rollout.workloads import preset_round
-from pipeplan.registry import solvers
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
+
+import pipeplan
+from pipeplan.core.registry import solvers
 from tests.rollout_helpers import small_round
 
 ONLINE = [s.name for s in solvers("rollout") if not s.exact]

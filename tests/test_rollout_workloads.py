@@ -5,14 +5,19 @@ import math
 
 import numpy as np
 import pytest
-
-from pipeplan.errors import InputError
 from pipeplan.formulations.rollout.problem import problem_from_dict
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.traces import load_trace
-from pipeplan.formulations.rollout.workloads import PRESETS, Workload, preset_round, sample_lengths
+from pipeplan.formulations.rollout.workloads import (
+    PRESETS,
+    Workload,
+    preset_round,
+    sample_lengths,
+)
 from pipeplan.instances.rollout import instance_names, load_instance
 from pipeplan.solvers.rollout.online import make_policy
+
+from pipeplan.core.errors import InputError
 
 
 def test_lengths_are_heavy_tailed_correlated_and_truncated():

@@ -7,13 +7,17 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-
-from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.coarsen import coarsen
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
-from pipeplan.profiles.format import profile_from_dict
-from pipeplan.profiles.roofline import (calibrate, load_platform, platform_from_dict,
-                                        roofline_profile)
+from pipeplan.formulations.mapping.profile import profile_from_dict
+from pipeplan.profiles.roofline import (
+    calibrate,
+    load_platform,
+    platform_from_dict,
+    roofline_profile,
+)
+
+from pipeplan.core.errors import InputError
 
 PLATFORMS = Path(__file__).parent.parent / "profiles" / "platforms"
 

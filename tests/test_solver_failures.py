@@ -6,11 +6,11 @@ import json
 import pulp
 import pytest
 from ortools.sat.python import cp_model
-
-import pipeplan
 from pipeplan.formulations.gradcode.problem import homogeneous_problem
 from pipeplan.instances.rollout import load_instance as load_rollout
-from pipeplan.result import Quality, Termination
+
+import pipeplan
+from pipeplan.core.result import Quality, Termination
 from tests.cli_helpers import run_cli
 from tests.helpers import tiny_problem
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
 

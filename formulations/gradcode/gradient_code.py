@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeplan.errors import InputError
+from pipeplan.core.errors import InputError
 
 SCHEMA = "pipeplan.gradcode-code/1"
 DECODERS = ("groups", "lstsq", "linear")

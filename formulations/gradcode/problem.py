@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pipeplan.errors import InputError
 from pipeplan.formulations.gradcode.straggler import StragglerModel, model_from_dict
+
+from pipeplan.core.errors import InputError
 
 SCHEMA = "pipeplan.gradcode-problem/1"
 

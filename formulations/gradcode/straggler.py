@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeplan.errors import InputError
-from pipeplan.io import parse_number, read_csv
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import parse_number, read_csv
 
 KINDS = ("none", "exponential", "shifted-exponential", "pareto", "markov", "trace")
 

@@ -16,6 +16,8 @@ from pipeplan.formulations.mapping.evaluator import Evaluation, evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 
+from pipeplan.core.vocabulary import MAPPING_KEYS
+
 
 def _linear_extensions(units: list[str], preds: dict[str, set[str]]) -> Iterator[tuple[str, ...]]:
     if not units:
@@ -67,14 +69,14 @@ def scored_plans(problem: MappingProblem, **kw) -> list[tuple[Evaluation, Plan]]
 
 
 def optimum(problem: MappingProblem, objective: str = "period", **kw) -> float:
-    key = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}[objective]
+    key = MAPPING_KEYS[objective]
     return min(getattr(ev, key) for ev, _ in scored_plans(problem, **kw))
 
 
 def pareto_front(problem: MappingProblem, x: str = "period", y: str = "latency", **kw) -> list[tuple[float, float]]:
     """Every non-dominated (x, y) pair over all plans, sorted by x."""
-    kx = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}[x]
-    ky = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}[y]
+    kx = MAPPING_KEYS[x]
+    ky = MAPPING_KEYS[y]
     pts = sorted({(round(getattr(ev, kx), 9), round(getattr(ev, ky), 9)) for ev, _ in scored_plans(problem, **kw)})
     front, best_y = [], float("inf")
     for px, py in pts:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from pipeplan.errors import InputError
+from pipeplan.core.errors import InputError
 
 MODES = ("chains", "modules")
 ANCHOR_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Gemm",

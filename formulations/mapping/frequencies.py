@@ -1,9 +1,12 @@
 """The ``--freq`` option: DVFS level of every unit from ``max``, ``min`` or a per-unit list."""
 from __future__ import annotations
 
-from pipeplan.errors import InputError
-from pipeplan.formulations.mapping.plan import Plan
+import dataclasses
+
+from pipeplan.formulations.mapping.plan import Plan, plan_from_string
 from pipeplan.formulations.mapping.problem import MappingProblem
+
+from pipeplan.core.errors import InputError
 
 
 def levels_for(problem: MappingProblem, plan: Plan, freq: str, source: str = "--freq") -> dict[str, str]:
@@ -26,3 +29,11 @@ def levels_for(problem: MappingProblem, plan: Plan, freq: str, source: str = "--
         except KeyError as exc:
             raise InputError(source, f"level {i + 1}", str(exc.args[0])) from None
     return out
+
+
+def plan_for(problem: MappingProblem, mapping: str, mode: str = "pipelined", freq: str = "max",
+             source: str = "--mapping") -> Plan:
+    """The plan of a mapping string with its DVFS levels (``--freq`` syntax)."""
+    units = tuple(u.name for u in problem.units)
+    plan = plan_from_string(units, problem.pu_names, mapping, mode=mode, instance=problem.name, source=source)
+    return dataclasses.replace(plan, levels=levels_for(problem, plan, freq))

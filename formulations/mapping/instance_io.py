@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
-from pipeplan.io import load_json
-from pipeplan.profiles.format import load_profile, profile_from_dict
+from pipeplan.formulations.mapping.profile import load_profile, profile_from_dict
+
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_json
 
 INSTANCE_SCHEMA = "pipeplan.mapping-instance/1"
 

@@ -14,8 +14,8 @@ from typing import Iterator
 
 from onnx import GraphProto, ModelProto, TensorProto
 
-from pipeplan.errors import InputError
-from pipeplan.io import inside_folder, read_input
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import inside_folder, read_input
 
 MAX_PROTOBUF = 2**31 - 1   # bytes: the most one serialised ONNX model may hold
 

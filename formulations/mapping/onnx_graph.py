@@ -32,8 +32,8 @@ import networkx as nx
 import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper, shape_inference
 
-from pipeplan.errors import InputError
-from pipeplan.io import read_input
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import read_input
 
 LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
                 "shufflenet", "squeezenet", "vgg19", "zfnet512")

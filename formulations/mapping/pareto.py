@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import numpy as np
-
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.formulations.mapping.plan import Plan, Stage, plan_from_dict
+from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 
-AXIS_KEYS = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXIS_KEYS
+
 REFERENCE_MARGIN = 1.1
 DIGITS = 9  # objective values equal to this many decimals are one point (float noise of sums)
 
@@ -49,16 +49,12 @@ def single_pu_plans(problem: MappingProblem) -> list[Plan]:
             for pu in problem.pu_names if all(prof.can_run(i, pu) for i in range(len(units)))]
 
 
-def reference_point(problem: MappingProblem, axes: Sequence[str]) -> tuple[float, ...]:
-    """1.1 x the worst value on each axis among the single-PU plans (the HEFT plan when no
-    single PU runs the whole network)."""
-    plans = single_pu_plans(problem)
+def reference_point(problem: MappingProblem, axes: Sequence[str], plans: Sequence[Plan]) -> tuple[float, ...]:
+    """1.1 x the worst value on each axis among ``plans``: plans every solver can reach, the
+    single-PU plans (``single_pu_plans``), or HEFT's when no single PU runs the whole network
+    (``pipeplan.solvers.mapping.warm_start.reference_plans`` picks them)."""
     if not plans:
-        import pipeplan  # the solvers layer, only for this fallback
-        result = pipeplan.solve(problem, "heft")
-        if result.plan is None:
-            raise ValueError(f"no reference plan for {problem.name}: {result.message}")
-        plans = [plan_from_dict(result.plan)]
+        raise ValueError(f"no reference plan for {problem.name}")
     scores = [evaluate(problem, plan).objectives() for plan in plans]
     return tuple(REFERENCE_MARGIN * max(s[AXIS_KEYS[a]] for s in scores) for a in axes)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeplan.errors import InputError
+from pipeplan.core.errors import InputError
 
 PLAN_SCHEMA = "pipeplan.plan/1"
 MODES = ("pipelined", "serial")

@@ -1,7 +1,7 @@
 """Operator-mapping problem data (Para-Pipe): a DAG of units and a profile of their costs.
 
 Plain frozen data; no solver code. Units are ONNX operators or blocks of them; the profile
-(``pipeplan.profiles.format.Profile``) says what each unit costs on each processing unit.
+(``pipeplan.formulations.mapping.profile.Profile``) says what each unit costs on each processing unit.
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from functools import cached_property
 from typing import Any
 
 import networkx as nx
+from pipeplan.formulations.mapping.profile import Profile, Reader
 
-from pipeplan.errors import InputError
-from pipeplan.profiles.format import Profile, Reader
+from pipeplan.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from pipeplan.errors import InputError
+from pipeplan.core.errors import InputError
 
 PROBLEM_SCHEMA = "pipeplan.rollout/1"
 KV_MODES = ("reserve", "on_demand")

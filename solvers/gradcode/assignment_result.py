@@ -7,15 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeplan.deadline import Deadline
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import cyclic_support, pipelined
-from pipeplan.result import Quality, SolveResult, Termination
-from pipeplan.solvers.gradcode.assignment import (AssignmentData, check_solution, code_from_assignment, fr_shape,
-                                                  greedy_shape, lower_bound)
+from pipeplan.solvers.gradcode.assignment import (
+    AssignmentData,
+    check_solution,
+    code_from_assignment,
+    fr_shape,
+    greedy_shape,
+    lower_bound,
+)
 from pipeplan.solvers.gradcode.common import scored_result
 from pipeplan.solvers.gradcode.cyclic import best_cyclic
+
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 
 STRUCTURES = ("best", "groups")
 
@@ -51,7 +59,7 @@ def assignment_result(data: AssignmentData, solver: str, answer: BackendAnswer, 
     """``clock``: the solver's time limit (the verifier stops early past it); ``search``: the
     part of it for searching (the cover's seeds)."""
     p = data.problem
-    key = "saa_step_s" if data.objective == "expected" else "worst_step_s"
+    key = GRADCODE_OBJECTIVES[data.objective].key
     if answer.state == "infeasible":
         return SolveResult("gradcode", p.name, solver, Termination.INFEASIBLE, Quality.NONE, params=params,
                            message="no group placement tolerates s stragglers within the capacities")

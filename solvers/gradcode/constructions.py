@@ -4,14 +4,17 @@ still scores the code on the problem's workers. CR's seed search stops at the ti
 the re-scoring's share); past the limit the verifier checks fewer straggler sets."""
 from __future__ import annotations
 
-from pipeplan.deadline import Deadline
+from typing import Literal
+
 from pipeplan.formulations.gradcode.placement import pipelined
-from pipeplan.registry import register
-from pipeplan.result import Termination
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
 from pipeplan.solvers.gradcode.cyclic import best_cyclic
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_cr, pgc_fr
+
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.registry import register
+from pipeplan.core.result import Termination
 
 
 def _square(problem, scheme: str) -> None:
@@ -20,14 +23,14 @@ def _square(problem, scheme: str) -> None:
 
 
 @register("gradcode", "fr", description="fractional repetition (Tandon et al. 2017): groups of s+1 workers")
-def solve_fr(problem, *, time_limit=None, **_):
+def solve_fr(problem, *, time_limit=None):
     clock = Deadline(time_limit)
     _square(problem, "FR")
     return scored_result(problem, "fr", fractional_repetition(problem.n, problem.s), deadline=clock)
 
 
 @register("gradcode", "cr", description="cyclic repetition (Tandon et al. 2017): random H, best of several seeds")
-def solve_cr(problem, *, seed: int = 0, tries: int = 8, time_limit=None, **_):
+def solve_cr(problem, *, seed: int = 0, tries: int = 8, time_limit=None):
     search = search_deadline(time_limit, problem)
     _square(problem, "CR")
     code, v = best_cyclic(problem.n, problem.s, seed=seed, tries=tries, deadline=search)
@@ -36,14 +39,15 @@ def solve_cr(problem, *, seed: int = 0, tries: int = 8, time_limit=None, **_):
 
 
 @register("gradcode", "pgc-fr", description="pipelined FR: one partition per worker per step, round-robin")
-def solve_pgc_fr(problem, *, time_limit=None, **_):
+def solve_pgc_fr(problem, *, time_limit=None):
     clock = Deadline(time_limit)
     _square(problem, "PGC-FR")
     return scored_result(problem, "pgc-fr", pgc_fr(problem.n, problem.s), deadline=clock)
 
 
 @register("gradcode", "pgc-cr", description="pipelined CR: one partition per step; decoder lstsq or linear")
-def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: str = "lstsq", time_limit=None, **_):
+def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: Literal["lstsq", "linear"] = "lstsq",
+                 time_limit=None):
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     _square(problem, "PGC-CR")
     params = {"tries": tries, "decoder": decoder}

@@ -6,13 +6,24 @@ builder checks the deadline as it goes, and past it (or when CP-SAT finds nothin
 result falls back on the quick placements (see ``assignment_result``)."""
 from __future__ import annotations
 
-import numpy as np
+from typing import Literal
 
-from pipeplan.deadline import Deadline, OutOfTime
-from pipeplan.registry import register
-from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
-from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
+import numpy as np
+from pipeplan.solvers.gradcode.assignment import (
+    AssignmentData,
+    assignment_data,
+    fr_shape,
+)
+from pipeplan.solvers.gradcode.assignment_result import (
+    STRUCTURES,
+    BackendAnswer,
+    assignment_result,
+)
 from pipeplan.solvers.gradcode.common import search_deadline
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.vocabulary import GradcodeAxis
 
 US = 1_000_000
 # CP-SAT loads and presolves a large model past its own time limit: measured 5.7 s on a model
@@ -148,8 +159,8 @@ def _answer(solver, state, x, used, q, n, G, bound) -> BackendAnswer:
 
 @register("gradcode", "cpsat", exact=True, requires=("ortools",),
           description="CP-SAT: groups and partition counts for heterogeneous workers, min expected/worst step")
-def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, objective: str = "expected",
-                scenarios: int = 64, structure: str = "best", **_):
+def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, objective: GradcodeAxis = "expected",
+                scenarios: int = 64, structure: Literal["best", "groups"] = "best"):
     """The time limit covers building the model, the search and the re-scoring."""
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     if structure not in STRUCTURES:

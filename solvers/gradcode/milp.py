@@ -4,12 +4,23 @@ solved lexicographically (worst case, then expected step time)."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
-from pipeplan.deadline import Deadline, OutOfTime
-from pipeplan.registry import register
-from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
-from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
+from pipeplan.solvers.gradcode.assignment import (
+    AssignmentData,
+    assignment_data,
+    fr_shape,
+)
+from pipeplan.solvers.gradcode.assignment_result import (
+    STRUCTURES,
+    BackendAnswer,
+    assignment_result,
+)
 from pipeplan.solvers.gradcode.common import search_deadline
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.vocabulary import GradcodeAxis
 
 HANDOVER_PER_BUILD = 1.0   # PuLP's hand-over to the solver, in units of the model's build time
 
@@ -140,8 +151,9 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
 
 @register("gradcode", "milp", exact=True, requires=("pulp",),
           description="MILP (PuLP; HiGHS, else CBC): groups and partition counts, min expected/worst step")
-def solve_milp(problem, *, time_limit=None, seed=0, threads=1, objective: str = "expected",
-               scenarios: int = 64, structure: str = "best", backend: str = "highs", **_):
+def solve_milp(problem, *, time_limit=None, seed=0, threads=1, objective: GradcodeAxis = "expected",
+               scenarios: int = 64, structure: Literal["best", "groups"] = "best",
+               backend: Literal["highs", "cbc"] = "highs"):
     """The time limit covers building the model, handing it to the solver, the search and the
     re-scoring."""
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)

@@ -3,15 +3,16 @@ the deadline a solver searches to; transfer times of every edge as one array."""
 from __future__ import annotations
 
 import numpy as np
-
-from pipeplan.deadline import Deadline
 from pipeplan.formulations.mapping.bounds import lower_bounds
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.result import Quality, SolveResult, Termination
 
-OBJECTIVES = ("period", "latency", "energy")
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.core.vocabulary import MAPPING_AXES as OBJECTIVES
+from pipeplan.core.vocabulary import mapping_key
+
 # Seconds per unit that a solver keeps for its last steps after it stops searching: scoring the
 # plan (the checker, the evaluator, the lower bounds: about 0.6 s at 20,000 units on one loaded
 # core) and freeing a model whose building the deadline cut (up to 0.8 s more). A solver stops
@@ -53,10 +54,9 @@ def transfer_times(problem: MappingProblem) -> np.ndarray:
 
 def objective_key(objective: str):
     """Sort key of an Evaluation for ``objective`` with the other two as tie-breaks."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r} (choose from {', '.join(OBJECTIVES)})")
+    mapping_key(objective)
     order = [objective] + [o for o in OBJECTIVES if o != objective]
-    return lambda ev: tuple(round(getattr(ev, f"{o}_{'mj' if o == 'energy' else 'ms'}"), 9) for o in order)
+    return lambda ev: tuple(round(getattr(ev, mapping_key(o)), 9) for o in order)
 
 
 def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective: str = "period",
@@ -68,7 +68,7 @@ def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective
     ev = evaluate(problem, plan)
     objectives = ev.objectives()
     bound = lower_bounds(problem) if bound is None else bound
-    key = f"{objective}_{'mj' if objective == 'energy' else 'ms'}"
+    key = mapping_key(objective)
     gap = None
     if key in bound and objectives[key] > 0:
         gap = max(0.0, (objectives[key] - bound[key]) / objectives[key])

@@ -12,51 +12,20 @@ start comes back with status time_limit.
 """
 from __future__ import annotations
 
-from pipeplan.deadline import Deadline, OutOfTime
-from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.formulations.mapping.plan import Plan
-from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.registry import register
-from pipeplan.result import Quality, SolveResult, Termination
+from typing import TYPE_CHECKING
+
 from pipeplan.solvers.mapping.common import scored_result, search_deadline
-from pipeplan.solvers.mapping.cpsat_model import AXES, TIE_BREAK, MappingCpModel, from_model, to_model
-from pipeplan.solvers.mapping.heft import heft_plan
-from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
-from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
+from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
 
-HEURISTICS = ("pipeline-dp", "heft", "single")     # ties between their plans go to the first
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
+from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
+from pipeplan.core.vocabulary import MappingAxis
 
-
-def best_heuristic_plan(problem: MappingProblem, objective: str, deadline: Deadline | None = None) -> Plan:
-    """The best plan of the cheap heuristics for ``objective`` (a warm start, or what a solver
-    returns when its time runs out): HEFT, the best single PU and the pipeline DP (its best
-    pipeline by ``deadline``), as many as ``deadline`` allows, compared by the evaluator. When
-    time runs out before HEFT's plan is made: the whole network on its fastest PU, which costs
-    no evaluation."""
-    deadline = deadline or Deadline(None)
-    key = AXES[objective]
-    try:
-        heft = heft_plan(problem, deadline)
-    except OutOfTime:
-        return fastest_pu_plan(problem)
-    found: dict[str, tuple[float, Plan]] = {}
-    try:
-        ev, plan = single_plan(problem, deadline=deadline)
-        found["single"] = (ev.objectives()[key], plan)
-    except ValueError:                   # no PU runs every unit
-        pass
-    except OutOfTime:
-        return heft
-    try:
-        plan, _ = pipeline_plan(problem, deadline=deadline)
-        found["pipeline-dp"] = (evaluate(problem, plan).objectives()[key], plan)
-    except (ValueError, OutOfTime):
-        pass
-    if not found:
-        return heft
-    found["heft"] = (evaluate(problem, heft).objectives()[key], heft)
-    return min((found[h][0], HEURISTICS.index(h), found[h][1]) for h in found)[2]
-
+if TYPE_CHECKING:
+    from pipeplan.solvers.mapping.cpsat_model import MappingCpModel
 
 def lexicographic(model: MappingCpModel, objective: str, *, deadline: Deadline, seed, threads,
                   tie_break: str | None):
@@ -78,9 +47,15 @@ def lexicographic(model: MappingCpModel, objective: str, *, deadline: Deadline, 
 
 @register("mapping", "cpsat", exact=True, requires=("ortools",),
           description="CP-SAT: stages, PU sets, placement and intra-stage schedule, proven optimal")
-def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: str = "period",
+def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: MappingAxis = "period",
                 bounds: dict | None = None, shared_pus: bool = False, max_stages: int | None = None,
-                tie_break: str | None = "default", **_):
+                tie_break: str | None = "default"):
+    from pipeplan.solvers.mapping.cpsat_model import (  # needs ortools
+        MappingCpModel,
+        from_model,
+        to_model,
+    )
+
     search = search_deadline(time_limit, problem)
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r}")

@@ -25,18 +25,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeplan.deadline import Deadline
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import paced, transfer_times
+
+from pipeplan.core.deadline import Deadline
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
 US = 1000.0      # model time unit: 1 us = 1e-3 ms
 NJ = 1000.0      # model energy unit: 1 nJ; ms x mW = uJ, so x 1000
-AXES = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj"}
-TIE_BREAK = {"period": "latency", "latency": "period", "energy": "period"}
 
 
 def to_model(axis: str, value: float) -> int:
@@ -71,7 +70,9 @@ class MappingCpModel:
         self.units = units
         k = len(self.pus)
         self.S = S = max(1, min(max_stages or (k + 1 if shared_pus else k), len(units)))
-        from ortools.sat.python import cp_model    # here, so that the registry loads without it
+        from ortools.sat.python import (
+            cp_model,  # here, so that the registry loads without it
+        )
         m = self.m = cp_model.CpModel()
         idx = problem.index
 

@@ -16,18 +16,23 @@ the archive so far (at least the first seed).
 from __future__ import annotations
 
 import numpy as np
-
-from pipeplan.deadline import Deadline, OutOfTime
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.formulations.mapping.pareto import AXIS_KEYS, non_dominated, rounded
-from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment, plan_from_dict
+from pipeplan.formulations.mapping.pareto import non_dominated, rounded
+from pipeplan.formulations.mapping.plan import (
+    Plan,
+    plan_from_assignment,
+    plan_from_dict,
+)
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.registry import register
-from pipeplan.result import Termination
-from pipeplan.solvers.mapping.common import OBJECTIVES, paced, scored_result, search_deadline
-from pipeplan.solvers.mapping.heft import heft_plan
-from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
-from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
+from pipeplan.solvers.mapping.common import paced, scored_result, search_deadline
+from pipeplan.solvers.mapping.warm_start import seed_plans
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Termination
+from pipeplan.core.vocabulary import MAPPING_AXES as OBJECTIVES
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXIS_KEYS
+from pipeplan.core.vocabulary import MAPPING_TIE_BREAK, MappingAxis
 
 REPAIR_MEMO = 1 << 16  # repaired vectors remembered; the memo is emptied when full to bound memory
 
@@ -201,20 +206,7 @@ def _initial_genes(codec: GeneCodec, archive: Archive, problem: MappingProblem, 
     seeds ``deadline`` leaves time for, HEFT's (else the fastest PU's) in any case. The first
     seed is scored into the archive whatever the time, so that the run always has a plan."""
     warm = plan_from_dict(warm_start) if isinstance(warm_start, dict) else warm_start
-    try:
-        heft = heft_plan(problem, deadline)
-    except OutOfTime:
-        heft = fastest_pu_plan(problem)
-
-    def attempt(make):
-        try:
-            return make()
-        except (ValueError, OutOfTime):  # ValueError: no single PU, or no pipeline, runs every unit
-            return None
-
-    single = attempt(lambda: single_plan(problem, deadline=deadline)[1])
-    pipeline = attempt(lambda: pipeline_plan(problem, max_stages, deadline)[0])
-    seeded = [codec.encode(p) for p in (warm, single, heft, pipeline) if p is not None]
+    seeded = [codec.encode(p) for p in ([warm] if warm is not None else []) + seed_plans(problem, deadline, max_stages)]
     archive.score(seeded[0])
     rng = np.random.default_rng(seed)
     randoms = rng.integers(0, codec.upper + 1, size=(max(0, pop_size - len(seeded)), len(codec.upper)))
@@ -223,15 +215,14 @@ def _initial_genes(codec: GeneCodec, archive: Archive, problem: MappingProblem, 
 
 @register("mapping", "nsga2", exact=False, requires=("pymoo",),
           description="NSGA-II (pymoo): Pareto front of period / latency / energy")
-def solve_nsga2(problem: MappingProblem, *, time_limit: float | None = None, seed: int = 0, threads: int = 1,
-                warm_start=None, objectives=None, objective: str = "period", pop_size: int = 60,
-                generations: int = 200, max_stages: int | None = None, **_):
-    """``threads`` is accepted for the common interface; the search runs in one thread.
-    ``objectives`` defaults to ``objective`` and its usual partner (period-latency,
+def solve_nsga2(problem: MappingProblem, *, time_limit: float | None = None, seed: int = 0,
+                warm_start=None, objectives=None, objective: MappingAxis = "period", pop_size: int = 60,
+                generations: int = 200, max_stages: int | None = None):
+    """One thread. ``objectives`` defaults to ``objective`` and its usual partner (period-latency,
     latency-period, energy-period); the returned plan is the front's best on the first."""
     search = search_deadline(time_limit, problem)
     if objectives is None:
-        objectives = (objective, {"period": "latency", "latency": "period", "energy": "period"}.get(objective, "latency"))
+        objectives = (objective, MAPPING_TIE_BREAK[objective])
     objectives = _check_objectives(objectives)
     codec = GeneCodec(problem, max_stages)
     archive = Archive(codec, objectives)

@@ -14,14 +14,20 @@ pipelines come first, then those of more and more PUs.
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import Literal
 
-from pipeplan.deadline import Deadline, OutOfTime
+import numpy as np
 from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.registry import register
-from pipeplan.result import Quality, SolveResult, Termination
-from pipeplan.solvers.mapping.common import scored_result, search_deadline, transfer_times
+from pipeplan.solvers.mapping.common import (
+    scored_result,
+    search_deadline,
+    transfer_times,
+)
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Quality, SolveResult, Termination
 
 EPS = 1e-9
 
@@ -143,7 +149,9 @@ def pipeline_plan(problem: MappingProblem, max_stages: int | None = None,
 
 
 @register("mapping", "pipeline-dp", description="contiguous pipeline stages, one PU each, DP on the period")
-def solve_pipeline_dp(problem, *, time_limit: float | None = None, max_stages: int | None = None, **_):
+def solve_pipeline_dp(problem, *, time_limit: float | None = None, max_stages: int | None = None,
+                      objective: Literal["period"] = "period"):
+    """The DP minimises the period only; any other ``objective`` is refused."""
     try:
         plan, complete = pipeline_plan(problem, max_stages, search_deadline(time_limit, problem))
     except OutOfTime:

@@ -1,12 +1,14 @@
 """Baseline: the whole network on the single best PU (one stage)."""
 from __future__ import annotations
 
-from pipeplan.deadline import Deadline
 from pipeplan.formulations.mapping.evaluator import Evaluation, evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.registry import register
 from pipeplan.solvers.mapping.common import objective_key, scored_result
+
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.registry import register
+from pipeplan.core.vocabulary import MappingAxis
 
 
 def single_plan(problem: MappingProblem, objective: str = "period", freq: str = "max",
@@ -52,6 +54,6 @@ def fastest_pu_plan(problem: MappingProblem) -> Plan:
 
 
 @register("mapping", "single", description="best single PU for the whole network (one stage)")
-def solve_single(problem, *, objective: str = "period", freq: str = "max", **_):
+def solve_single(problem, *, objective: MappingAxis = "period", freq: str = "max"):
     plan = single_plan(problem, objective, freq)[1]
     return scored_result(problem, "single", plan, objective=objective, params={"freq": freq})

@@ -6,7 +6,8 @@ from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.schedule import Schedule
-from pipeplan.result import Quality, SolveResult, Termination
+
+from pipeplan.core.result import Quality, SolveResult, Termination
 
 
 class InvalidSchedule(RuntimeError):

@@ -23,18 +23,23 @@ from __future__ import annotations
 import math
 import time
 
-from pipeplan.deadline import Deadline, OutOfTime
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
-from pipeplan.formulations.rollout.fixed_model import completions, fixed_model, list_schedule
+from pipeplan.formulations.rollout.fixed_model import (
+    completions,
+    fixed_model,
+    list_schedule,
+)
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import PLAN_SCHEMA
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.trainer import chunks, run_updates, stream_order
-from pipeplan.registry import register
-from pipeplan.result import Quality, Termination
 from pipeplan.solvers.rollout.common import scored_result
 from pipeplan.solvers.rollout.policies import CgpPolicy
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Quality, Termination
 
 SCALE = 10**6  # trainer coefficients are kept in millionths of the time unit
 GRID = 1000    # with a linear engine, time units per decode step
@@ -217,7 +222,7 @@ def best_replay(problem: RolloutProblem, plans: list[tuple[str, list[float], lis
 @register("rollout", "cpsat", exact=True, requires=("ortools",),
           description="offline optimum with known lengths (CP-SAT), re-scored by replay in the simulator")
 def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | None = None,
-                time_unit_s: float = 1e-3, **_):
+                time_unit_s: float = 1e-3):
     """With a linear engine every planned start lies on the engine's step grid (c0), so the
     replay is exact. The time limit covers building the model and the hint too; past it the
     hint schedule comes back (termination time_limit)."""

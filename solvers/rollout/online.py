@@ -3,10 +3,18 @@ simulator with its policy; the result's figures are the simulator's, checked by 
 from __future__ import annotations
 
 from pipeplan.formulations.rollout.simulator import simulate
-from pipeplan.registry import register
 from pipeplan.solvers.rollout.common import scored_result
-from pipeplan.solvers.rollout.policies import (CgpPolicy, DeadlinePolicy, FgdPolicy, FifoPolicy,
-                                                LongestFirstPolicy, ShortestFirstPolicy, SyncPolicy)
+from pipeplan.solvers.rollout.policies import (
+    CgpPolicy,
+    DeadlinePolicy,
+    FgdPolicy,
+    FifoPolicy,
+    LongestFirstPolicy,
+    ShortestFirstPolicy,
+    SyncPolicy,
+)
+
+from pipeplan.core.registry import register
 
 POLICIES = {
     "sync": (SyncPolicy, "Slime-style synchronous: whole round (arrival order), then train in prompt order"),
@@ -27,12 +35,17 @@ def make_policy(name: str, **params):
 
 
 def _register(name: str, description: str):
-    @register("rollout", name, description=description)
-    def solve(problem, *, frontier: int = 2, **_):
-        params = {"frontier": frontier} if name in TAKES_FRONTIER else {}
-        schedule = simulate(problem, make_policy(name, **params))
-        return scored_result(problem, name, schedule, params=params)
-    return solve
+    """Register policy ``name``; only the frontier policies declare ``frontier`` (F_w groups)."""
+    def run(problem, params: dict):
+        return scored_result(problem, name, simulate(problem, make_policy(name, **params)), params=params)
+
+    if name in TAKES_FRONTIER:
+        def solve(problem, *, frontier: int = 2):
+            return run(problem, {"frontier": frontier})
+    else:
+        def solve(problem):
+            return run(problem, {})
+    register("rollout", name, description=description)(solve)
 
 
 for _name, (_factory, _description) in POLICIES.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 
-from pipeplan.errors import InputError
+from pipeplan.core.errors import InputError
 
 
 def bytes_from_env(name: str) -> int | None:

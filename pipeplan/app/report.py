@@ -13,10 +13,10 @@ import io
 from collections import defaultdict
 from pathlib import Path
 
-from pipeplan.bench import RECORDS, read_records
-from pipeplan.errors import InputError
-from pipeplan.io import load_json, staged_folder, write_atomic
-from pipeplan.plots import pareto_plot
+from pipeplan.app.bench import RECORDS, read_records
+from pipeplan.app.figures import pareto_plot
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_json, staged_folder, write_atomic
 
 SUMMARY_COLUMNS = ("system", "instance", "solver", "seed", "termination", "quality", "objective_1",
                    "value_1", "objective_2", "value_2", "objective_3", "value_3", "gap", "wall_time_s", "message")
@@ -146,7 +146,7 @@ def rollout_section(records: list[dict], out: Path) -> list[str]:
 def gradcode_section(records: list[dict], out: Path) -> list[str]:
     """Per instance: expected / p95 / worst step time of each scheme and of the assignment
     solvers, the ratio of each to the best expected step time, and a bar chart."""
-    from pipeplan.plots import bar_chart
+    from pipeplan.app.figures import bar_chart
 
     by_inst = _by_instance(records)
     solvers = list(dict.fromkeys(r["solver"] for r in records))
@@ -187,9 +187,9 @@ def _time_to_loss_plots(instances: list[str], out: Path) -> list[str]:
     """Softmax regression on the digits with each scheme's stale-gradient updates, simulated
     under the instance's straggler model: training loss vs simulated time, one plot per instance.
     PGC-CR trains with its published fixed linear decoder."""
+    from pipeplan.app.figures import line_plot
     from pipeplan.deploy.gradcode.training import train_simulated
     from pipeplan.instances.gradcode import load_instance
-    from pipeplan.plots import line_plot
     from pipeplan.solvers.gradcode.schemes import build
 
     lines = []
@@ -212,7 +212,7 @@ SECTIONS = {"mapping": mapping_section, "gradcode": gradcode_section, "rollout":
 
 def _completeness(suite: dict, recorded: int) -> str:
     """' (partial: ...)' when the suite plans more runs than are recorded."""
-    from pipeplan.bench import load_suite, plan_runs
+    from pipeplan.app.bench import load_suite, plan_runs
 
     try:
         _, spec = load_suite(suite.get("source", ""))

@@ -38,14 +38,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from pipeplan.errors import InputError
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import check_output, load_toml, read_input, write_json
+from pipeplan.core.vocabulary import SYSTEMS
 from pipeplan.instances.catalog import INSTANCES_DIR
-from pipeplan.io import check_output, load_toml, read_input, write_json
 
 SUITES_DIR = INSTANCES_DIR / "suites"
 RECORDS = "runs.jsonl"
 LOCK = "bench.lock"
-SYSTEMS = ("mapping", "gradcode", "rollout")
 GRACE_S = 10.0  # start-up allowance on top of a run's time limit before it is killed
 RAY_START_S = 30.0  # Ray starts worker processes lazily: extra allowance for a task's first start
 
@@ -82,7 +82,7 @@ def catalogue(system: str) -> tuple[Callable[[], list[str]], Callable[[str], obj
 
 def load_suite(name: str) -> tuple[Path, dict]:
     """A suite by name (instances/suites/<name>.toml) or by path (a name ending in .toml or
-    holding a path separator), read through pipeplan.io (a folder, FIFO, oversized or
+    holding a path separator), read through pipeplan.core.io (a folder, FIFO, oversized or
     non-UTF-8 file is an InputError) and checked group by group."""
     is_path = name.endswith(".toml") or "/" in name or os.sep in name
     path = Path(name) if is_path else SUITES_DIR / f"{name}.toml"
@@ -127,7 +127,7 @@ def _select(patterns: list[str], names: list[str]) -> list[str]:
 def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite") -> list[Run]:
     """Every run of the suite in order; ``time_limit`` overrides the groups' limits. A run that
     two groups both select (overlapping patterns) is refused: it would run twice."""
-    from pipeplan.registry import solvers
+    from pipeplan.core.registry import get_solver, solvers
 
     runs: list[Run] = []
     planned: dict[str, str] = {}   # run key -> the group that selected it
@@ -145,6 +145,8 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
             if not chosen:
                 raise InputError(source, f"{system}[{i}].solvers",
                                  f"no available solver matches {g.get('solvers')} (see `pipeplan solvers`)")
+            for solver in chosen:   # a parameter a chosen solver does not declare is refused here
+                get_solver(system, solver).check_params(g.get("params", {}), source=f"{source}: {system}[{i}].params")
             for inst in instances:
                 for solver in chosen:
                     for seed in g.get("seeds", [0]):
@@ -163,7 +165,7 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
 def execute(run: Run) -> dict:
     """Solve one run in this process and return its record (never raises)."""
     import pipeplan
-    from pipeplan.result import library_versions
+    from pipeplan.core.result import library_versions
 
     began = time.perf_counter()
     record = {"system": run.system, "instance": run.instance, "solver": run.solver, "seed": run.seed,
@@ -192,7 +194,7 @@ def _child(run: Run, conn) -> None:
 
 
 def _stopped(run: Run, why: str, elapsed: float) -> dict:
-    from pipeplan.result import library_versions
+    from pipeplan.core.result import library_versions
     return {"system": run.system, "instance": run.instance, "solver": run.solver, "seed": run.seed,
             "time_limit": run.time_limit, "termination": why, "quality": "none", "objectives": {}, "bound": {},
             "gap": None, "wall_time_s": elapsed,

@@ -22,16 +22,16 @@ from pathlib import Path
 import onnxruntime as ort
 
 import pipeplan
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import write_atomic, write_json
+from pipeplan.core.registry import get_solver
 from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.export import export_plan
-from pipeplan.errors import InputError
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.instances.catalog import PLATFORMS_DIR, load_mapping
-from pipeplan.io import write_atomic, write_json
 from pipeplan.profiles.ort_profiler import profile_host
-from pipeplan.registry import get_solver
 
 HOST_PUS = ("C0", "C1")
 DEFAULT_SOLVERS = ("single", "pipeline-dp", "heft", "cpsat")

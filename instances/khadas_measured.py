@@ -1,14 +1,10 @@
-"""The measured whole-network runs (instances/khadas-vim3/evaluations.csv) as plans to score."""
+"""The measured whole-network runs of the Khadas VIM3 (instances/khadas-vim3/evaluations.csv)."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeplan.formulations.mapping.frequencies import levels_for
-from pipeplan.formulations.mapping.plan import Plan, plan_from_string
-from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.instances.catalog import INSTANCES_DIR
 
 EVALUATIONS_CSV = INSTANCES_DIR / "khadas-vim3" / "evaluations.csv"
@@ -37,10 +33,3 @@ def measured_runs(path: Path = EVALUATIONS_CSV) -> list[MeasuredRun]:
                             float(r["measured_latency_ms"]), float(r["measured_energy_mj"]), r["source_file"])
                 for r in rows]
 
-
-def plan_for(problem: MappingProblem, mapping: str, mode: str = "pipelined", freq: str = "max",
-             source: str = "--mapping") -> Plan:
-    """The plan of a mapping string with its DVFS levels (``--freq`` syntax)."""
-    units = tuple(u.name for u in problem.units)
-    plan = plan_from_string(units, problem.pu_names, mapping, mode=mode, instance=problem.name, source=source)
-    return dataclasses.replace(plan, levels=levels_for(problem, plan, freq))

@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 import pipeplan
-from pipeplan.errors import SolverFailure
-from pipeplan.io import write_atomic, write_json
-from pipeplan.plots import pareto_plot
-from pipeplan.result import SolveResult
-from pipeplan.solvers.mapping.cpsat_model import AXES
+from pipeplan.app.figures import pareto_plot
+from pipeplan.core.errors import SolverFailure
+from pipeplan.core.io import write_atomic, write_json
+from pipeplan.core.result import SolveResult
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 
 COLUMNS = ("solver", "termination", "quality", "period_ms", "latency_ms", "energy_mj", "bound", "gap",
            "wall_time_s")
@@ -27,8 +27,8 @@ def run_solvers(problem, names: list[str], *, time_limit: float, threads: int, s
                 objective: str = "period", progress=None) -> dict[str, SolveResult]:
     """Heuristics first; every exact solver then starts from the best heuristic plan of this run,
     so both exact backends are compared on an equal footing."""
+    from pipeplan.core.registry import get_solver
     from pipeplan.formulations.mapping.plan import plan_from_dict
-    from pipeplan.registry import get_solver
 
     order = sorted(names, key=lambda n: get_solver("mapping", n).exact)
     out: dict[str, SolveResult] = {}
@@ -135,8 +135,9 @@ def hv_ratios(problem, exact_points: list[dict], approx: dict[str, list[dict]]) 
     """Hypervolume ratio of each approximate (period, latency) front to the exact one, against
     the instance's fixed reference point."""
     from pipeplan.formulations.mapping.pareto import hv_ratio, reference_point
+    from pipeplan.solvers.mapping.warm_start import reference_plans
 
-    ref = reference_point(problem, ("period", "latency"))
+    ref = reference_point(problem, ("period", "latency"), reference_plans(problem))
     exact = [(p["objectives"]["period_ms"], p["objectives"]["latency_ms"]) for p in exact_points]
     ratios = {n: hv_ratio([(p["period_ms"], p["latency_ms"]) for p in front], exact, ref)
               for n, front in approx.items()}

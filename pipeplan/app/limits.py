@@ -74,7 +74,7 @@ def child(system: str, solver: str, size: int, limit: float) -> None:
 def measure(system: str, solver: str, size: int, limit: float) -> LimitRun:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         began = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "pipeplan.limits_bench", system, solver, str(size), str(limit)],
+        proc = subprocess.Popen([sys.executable, "-m", "pipeplan.app.limits", system, solver, str(size), str(limit)],
                                 stdout=out, stderr=err, text=True)
         _, _, usage = os.wait4(proc.pid, 0)    # this child's own peak memory, not the largest child's
         wall = time.perf_counter() - began

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeplan.errors import InputError
-from pipeplan.io import load_json
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_json
 
 SCHEMA = "pipeplan.profile/1"
 POWER_MODELS = ("board", "per_pu")

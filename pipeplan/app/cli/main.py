@@ -13,12 +13,14 @@ from typing import Optional
 
 import typer
 
-from pipeplan.cli_gradcode import app as gradcode_app
-from pipeplan.cli_rollout import rollout_app
-from pipeplan.errors import InputError, SolverFailure
-from pipeplan.api import check_limits
-from pipeplan.io import staged_folder
-from pipeplan.sizes import check_memory
+from pipeplan.app.cli.common import progress as _progress
+from pipeplan.app.cli.gradcode import app as gradcode_app
+from pipeplan.app.cli.rollout import rollout_app
+from pipeplan.core.api import check_limits
+from pipeplan.core.errors import InputError, SolverFailure
+from pipeplan.core.io import staged_folder
+from pipeplan.core.sizes import check_memory
+from pipeplan.core.vocabulary import MAPPING_AXES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
@@ -37,7 +39,8 @@ def _emit(obj) -> None:
 @app.command("instances")
 def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help="mapping, gradcode or rollout")):
     """List the named instances of every system."""
-    from pipeplan.bench import SYSTEMS, catalogue
+    from pipeplan.app.bench import catalogue
+    from pipeplan.core.vocabulary import SYSTEMS
     from pipeplan.instances.catalog import measured_names
 
     if system is not None and system not in SYSTEMS:
@@ -54,7 +57,7 @@ def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help="m
 @app.command("solvers")
 def solvers_cmd():
     """List the registered solvers and whether they are available here."""
-    from pipeplan.registry import solvers
+    from pipeplan.core.registry import solvers
     for s in solvers():
         ok, why = s.available()
         kind = "exact" if s.exact else "heuristic"
@@ -89,13 +92,13 @@ def solve_cmd(instance: str = typer.Argument(..., help="instance name or instanc
               out: Optional[Path] = typer.Option(None, "--out", help="write the SolveResult JSON here")):
     """Solve a mapping instance and print (or write) the SolveResult."""
     import pipeplan
+    from pipeplan.core.io import write_atomic
+    from pipeplan.core.registry import get_solver
     from pipeplan.formulations.mapping.problem import restrict_pus
     from pipeplan.instances.catalog import load_mapping
-    from pipeplan.io import write_atomic
-    from pipeplan.registry import get_solver
 
-    if objective not in ("period", "latency", "energy"):
-        raise InputError("--objective", "", f"unknown objective {objective!r} (period, latency, energy)")
+    if objective not in MAPPING_AXES:
+        raise InputError("--objective", "", f"unknown objective {objective!r} ({', '.join(MAPPING_AXES)})")
     info = get_solver("mapping", solver)  # unknown names fail before any work
     bounds = _parse_bounds(bound)
     if bounds and not info.exact:
@@ -124,7 +127,7 @@ def solve_cmd(instance: str = typer.Argument(..., help="instance name or instanc
 
 
 def _solver_list(text: str) -> list[str]:
-    from pipeplan.registry import get_solver
+    from pipeplan.core.registry import get_solver
     names = [s.strip() for s in text.split(",") if s.strip()]
     for n in names:
         get_solver("mapping", n)
@@ -140,7 +143,7 @@ def compare_cmd(instance: str = typer.Argument(...),
                 threads: int = typer.Option(2, "--threads"), seed: int = typer.Option(0, "--seed"),
                 out: Optional[Path] = typer.Option(None, "--out", help="folder (default results/compare/<instance>)")):
     """Run several solvers on one instance: table (period, latency, energy, gap, time, status) + Pareto plot."""
-    from pipeplan.compare import compare, slug
+    from pipeplan.app.studies.mapping import compare, slug
     from pipeplan.instances.catalog import load_mapping
 
     check_limits(time_limit, threads)
@@ -159,11 +162,11 @@ def pareto_cmd(instance: str = typer.Argument(...),
                threads: int = typer.Option(2, "--threads"), seed: int = typer.Option(0, "--seed"),
                out: Optional[Path] = typer.Option(None, "--out", help="folder (default results/pareto/<instance>)")):
     """Exact Pareto front of two objectives by an epsilon-constraint sweep (CSV + PNG)."""
-    from pipeplan.compare import pareto, slug
+    from pipeplan.app.studies.mapping import pareto, slug
     from pipeplan.instances.catalog import load_mapping
 
     for name, v in (("--x", x), ("--y", y)):
-        if v not in ("period", "latency", "energy"):
+        if v not in MAPPING_AXES:
             raise InputError(name, "", f"unknown objective {v!r} (period, latency, energy)")
     if x == y:
         raise InputError("--y", "", "must differ from --x")
@@ -186,7 +189,7 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out"),
               seed: int = typer.Option(0, "--seed"),
               instances: Optional[str] = typer.Option(None, "--instances", help="comma list (default: the study set)")):
     """The mapping study committed under results/mapping/ (tables, fronts, energy efficiency)."""
-    from pipeplan.compare import STUDY_INSTANCES, study
+    from pipeplan.app.studies.mapping import STUDY_INSTANCES, study
     from pipeplan.instances.catalog import load_mapping
 
     check_limits(time_limit, threads)
@@ -232,7 +235,7 @@ def profile_cmd(model: Path = typer.Argument(..., help="ONNX model file"),
                 runs: int = typer.Option(10, "--runs", min=1), warmup: int = typer.Option(3, "--warmup", min=0),
                 pus: str = typer.Option("C0,C1", "--pus", help="names of the identical host PUs")):
     """Measure the host with ONNX Runtime per-node profiling (median per node)."""
-    from pipeplan.io import write_json
+    from pipeplan.core.io import write_json
     from pipeplan.profiles.ort_profiler import profile_host
 
     names = tuple(p.strip() for p in pus.split(",") if p.strip())
@@ -270,8 +273,8 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
               fresh: bool = typer.Option(False, "--fresh", help="forget the runs already recorded in the folder")):
     """Run a suite (instances x solvers x seeds of every system), then write its report.
     Finished runs are appended to runs.jsonl; a rerun skips them (unless --fresh)."""
-    from pipeplan.bench import load_suite, plan_runs, run_suite
-    from pipeplan.report import write_report
+    from pipeplan.app.bench import load_suite, plan_runs, run_suite
+    from pipeplan.app.report import write_report
 
     if engine not in ("local", "ray"):
         raise InputError("--engine", "", f"unknown engine {engine!r} (local, ray)")
@@ -294,8 +297,8 @@ def limits_cmd(out: Path = typer.Option(Path("results/limits.md"), "--out", help
                limits: str = typer.Option("3,30", "--limits", help="time limits to try (s), comma list")):
     """Benchmark the time-limit guarantee: whole-process wall time and peak memory of every exact
     solver and NSGA-II on synthetic instances of growing size (one process per run)."""
-    from pipeplan.io import check_output, write_atomic
-    from pipeplan.limits_bench import SIZES, measure, plan, report
+    from pipeplan.app.limits import SIZES, measure, plan, report
+    from pipeplan.core.io import check_output, write_atomic
 
     chosen = [x.strip() for x in systems.split(",") if x.strip()]
     unknown = [x for x in chosen if x not in SIZES]
@@ -325,7 +328,7 @@ def limits_cmd(out: Path = typer.Option(Path("results/limits.md"), "--out", help
 @app.command("report")
 def report_cmd(results_dir: Path = typer.Argument(..., help="a bench results folder")):
     """Summarise a bench folder: summary.csv and report.md with tables and plots."""
-    from pipeplan.report import write_report
+    from pipeplan.app.report import write_report
     write_report(results_dir)
     typer.echo(f"-> {results_dir}/report.md, summary.csv")
 
@@ -384,7 +387,7 @@ def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--model
                     cpsat_time_limit: float = typer.Option(30.0, "--cpsat-time-limit", help="seconds per exact solve"),
                     seed: int = typer.Option(0, "--seed")):
     """Profile the host, solve, export, run: predicted vs measured period and latency (CSV + markdown)."""
-    from pipeplan.deploy.loop import deploy_loop
+    from pipeplan.app.studies.deploy_loop import deploy_loop
     names = [m.strip() for m in models.split(",") if m.strip()]
     if not names:
         raise InputError("--models", "", "no model names")
@@ -393,36 +396,6 @@ def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--model
         md = deploy_loop(names, out, solvers=tuple(_solver_list(solvers)), frames=frames, runs=runs,
                          cpsat_time_limit=cpsat_time_limit, seed=seed, command=command, progress=progress)
     typer.echo(md + f"\nwritten: {out}/deploy.md, deploy.csv")
-
-
-class _progress:
-    """A rich progress line on stderr; silent when stderr is not a terminal."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.bar = None
-
-    def __enter__(self):
-        if not sys.stderr.isatty():
-            return self
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                            TimeElapsedColumn(), transient=True,
-                            console=__import__("rich.console", fromlist=["Console"]).Console(stderr=True))
-        self.bar.__enter__()
-        self.task = self.bar.add_task(self.label, total=None)
-        return self
-
-    def __call__(self, done: int, total: int | None, what: str = "") -> None:
-        if self.bar is None:
-            return
-        self.bar.update(self.task, completed=done, total=total,
-                        description=f"{self.label} {what}" if what else self.label)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-        return False
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -448,6 +421,3 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(2)
         raise
 
-
-if __name__ == "__main__":
-    main()

@@ -10,10 +10,11 @@ from typing import Optional
 
 import typer
 
-from pipeplan.api import check_limits
-from pipeplan.errors import InputError
-from pipeplan.io import staged_folder
-from pipeplan.sizes import check_memory
+from pipeplan.app.cli.common import progress as _progress
+from pipeplan.core.api import check_limits
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import staged_folder
+from pipeplan.core.sizes import check_memory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Pipelined gradient coding: placements, verification, simulation, training.")
@@ -101,9 +102,9 @@ def _check_options(prob, partition_time):
 
 
 def _load_code(path: Path, problem=None):
+    from pipeplan.core.io import load_json
     from pipeplan.formulations.gradcode.checker import violations
     from pipeplan.formulations.gradcode.gradient_code import code_from_dict
-    from pipeplan.io import load_json
     code = code_from_dict(load_json(path), str(path))
     bad = violations(code, problem)
     if bad:
@@ -114,7 +115,7 @@ def _load_code(path: Path, problem=None):
 def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, time_limit):
     """(code, SolveResult or None) for a named scheme on ``problem``."""
     import pipeplan
-    from pipeplan.deadline import Deadline
+    from pipeplan.core.deadline import Deadline
     from pipeplan.formulations.gradcode.gradient_code import code_from_dict
     from pipeplan.solvers.gradcode.schemes import build
     if scheme == "solver":
@@ -139,7 +140,7 @@ def place_cmd(scheme: str = typer.Option(..., "--scheme", help=SCHEME_HELP), n: 
               time_limit: float = _limit, pipelined: bool = _pipelined,
               out: Optional[Path] = typer.Option(None, "--out", help="write the code JSON here")):
     """Build a placement: support, encoding matrix B, decoder and (pipelined) per-step schedule."""
-    from pipeplan.io import write_json
+    from pipeplan.core.io import write_json
     check_limits(time_limit)
     problem = _problem(instance, n, s, pipelined=pipelined)
     code, result = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend=backend,
@@ -235,6 +236,7 @@ def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCH
                  out: Optional[Path] = typer.Option(None, "--out", help="write the step-time histogram (CSV) here")):
     """Virtual-time step times (no training) under a straggler model: mean, tail, histogram."""
     import numpy as np
+
     from pipeplan.formulations.gradcode.simulator import simulate_step_times
     if steps < 1:
         raise InputError("--steps", "", f"must be >= 1, got {steps}")
@@ -251,7 +253,7 @@ def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCH
            "p95_step_s": float(p95), "p99_step_s": float(p99), "max_step_s": float(times.max()),
            "total_s": float(times.sum()), "simulate_s": round(elapsed, 4)}
     if out:
-        from pipeplan.io import write_atomic
+        from pipeplan.core.io import write_atomic
         counts, edges = np.histogram(times, bins=50)
         rows = "".join(f"{lo:.6g},{hi:.6g},{c}\n" for lo, hi, c in zip(edges[:-1], edges[1:], counts))
         write_atomic(out, "step_s_from,step_s_to,steps\n" + rows)
@@ -278,9 +280,8 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
               target_loss: Optional[float] = typer.Option(None, "--target-loss"),
               out: Optional[Path] = typer.Option(None, "--out", help="write the run (loss and time per step) here")):
     """Train softmax regression or an MLP on the digits with a scheme's stale-gradient updates."""
-    from pipeplan.cli import _progress
+    from pipeplan.core.io import write_json
     from pipeplan.deploy.gradcode.models import MODELS
-    from pipeplan.io import write_json
     if backend not in ("sim", "ray"):
         raise InputError("--backend", "", f"unknown backend {backend!r} (sim or ray)")
     if model not in MODELS:
@@ -327,9 +328,8 @@ def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out"),
               time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per assignment solve"),
               quick: bool = typer.Option(False, "--quick", help="softmax only, s = 2, delay mean 1 s; short solves")):
     """Write results/gradcode/: time to target loss, loss-vs-time plots, solver vs FR/CR, timings."""
-    from pipeplan.cli import _progress
+    from pipeplan.app.studies.gradcode import run_study
     from pipeplan.deploy.gradcode.models import MODELS
-    from pipeplan.gradcode_study import run_study
     chosen = [m.strip() for m in models.split(",") if m.strip()]
     for m in chosen:
         if m not in MODELS:

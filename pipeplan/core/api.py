@@ -5,9 +5,9 @@ import math
 import time
 import traceback
 
-from pipeplan.errors import InputError
-from pipeplan.registry import get_solver
-from pipeplan.result import Quality, SolveResult, Termination
+from pipeplan.core.errors import InputError
+from pipeplan.core.registry import get_solver
+from pipeplan.core.result import Quality, SolveResult, Termination
 
 
 def check_limits(time_limit: float | None, threads: int = 1) -> None:
@@ -22,19 +22,27 @@ def check_limits(time_limit: float | None, threads: int = 1) -> None:
 def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 0,
           threads: int = 1, warm_start=None, **params) -> SolveResult:
     """Solve ``problem`` (any formulation's problem object, with ``kind`` and ``name``) with the
-    registered solver ``solver``. A solver failure becomes a result with termination ``error``
-    and the message, never an exception (bad *input* still raises InputError)."""
+    registered solver ``solver``.
+
+    Raises InputError, before any work, for bad options: an unknown solver, a time limit or
+    thread count out of range, a parameter the solver does not declare (or a value outside its
+    allowed set), a warm start given to a solver that takes none. Once the solver runs, its
+    failure becomes a result with termination ``error`` and the message, never an exception.
+    ``time_limit``, ``seed`` and ``threads`` reach the solver when it declares them (see
+    ``pipeplan.core.registry``); the result's ``params`` records what it was called with."""
     check_limits(time_limit, threads)
     info = get_solver(problem.kind, solver)
-    ok, why = info.available()
+    info.check_params({**params, "warm_start": warm_start})
+    common = {"time_limit": time_limit, "seed": seed, "threads": threads, "warm_start": warm_start}
+    passed = {k: v for k, v in common.items() if k in info.params}
     call = {"time_limit": time_limit, "seed": seed, "threads": threads, **params}
+    ok, why = info.available()
     if not ok:
         return SolveResult(problem.kind, problem.name, solver, Termination.ERROR, Quality.NONE,
                            params=call, message=why)
     start = time.perf_counter()
     try:
-        result = info.func(problem, time_limit=time_limit, seed=seed, threads=threads,
-                           warm_start=warm_start, **params)
+        result = info.func(problem, **passed, **params)
     except Exception as exc:  # a solver crash is a result, not a crash of the command
         return SolveResult(problem.kind, problem.name, solver, Termination.ERROR, Quality.NONE,
                            params=call, wall_time_s=time.perf_counter() - start,

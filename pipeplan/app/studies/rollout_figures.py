@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from pipeplan.io import write_atomic
-from pipeplan.plots import _figure
+from pipeplan.app.figures import _figure
+from pipeplan.core.io import write_atomic
 
 
 def _save(fig, plt, path: Path) -> Path:

@@ -16,9 +16,10 @@ from typing import Optional
 
 import typer
 
-from pipeplan.api import check_limits
-from pipeplan.errors import InputError
-from pipeplan.io import staged_folder
+from pipeplan.app.cli.common import progress as _progress
+from pipeplan.core.api import check_limits
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import staged_folder
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
 
@@ -27,7 +28,10 @@ ALL = "all"
 
 def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter):
     from pipeplan.formulations.rollout.traces import load_trace
-    from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
+    from pipeplan.formulations.rollout.workloads import (
+        ARRIVAL_JITTER_GROUPS,
+        preset_round,
+    )
     from pipeplan.instances.rollout import load_instance
 
     if jitter is not None and not (math.isfinite(jitter) and jitter >= 0):
@@ -49,7 +53,7 @@ def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, m
 
 
 def _names(text: str) -> list[str]:
-    from pipeplan.registry import get_solver, solvers
+    from pipeplan.core.registry import get_solver, solvers
     if text == ALL:
         return [s.name for s in solvers("rollout") if s.name != "cpsat"]
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -84,11 +88,11 @@ def simulate_cmd(instance: Optional[str] = INSTANCE, policy: str = typer.Option(
                  gantt: Optional[Path] = typer.Option(None, "--gantt", help="write a Gantt chart PNG here"),
                  as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON")):
     """Simulate one round under one policy: metrics, checked schedule, optional Gantt chart."""
+    from pipeplan.app.studies.rollout import gantt_schedule
+    from pipeplan.app.studies.rollout_figures import gantt as gantt_plot
+    from pipeplan.core.io import write_json
+    from pipeplan.core.registry import get_solver
     from pipeplan.formulations.rollout.checker import check
-    from pipeplan.io import write_json
-    from pipeplan.registry import get_solver
-    from pipeplan.rollout_plots import gantt as gantt_plot
-    from pipeplan.rollout_study import gantt_schedule
 
     if get_solver("rollout", policy).exact:
         raise InputError("--policy", "", f"{policy} is the offline solver; use `pipeplan rollout optimum`")
@@ -126,9 +130,13 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
                 jitter: Optional[float] = JITTER,
                 out: Optional[Path] = typer.Option(None, "--out", help="folder for compare.md and compare.csv")):
     """Every policy (and optionally the offline optimum) on one round: a table of metrics and ratios."""
-    from pipeplan.cli import _progress
-    from pipeplan.io import write_atomic
-    from pipeplan.rollout_study import competitive_rows, rows_markdown, solve_all, to_csv
+    from pipeplan.app.studies.rollout import (
+        competitive_rows,
+        rows_markdown,
+        solve_all,
+        to_csv,
+    )
+    from pipeplan.core.io import write_atomic
 
     names = _names(policies) + (["cpsat"] if offline else [])
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
@@ -155,9 +163,13 @@ def optimum_cmd(instance: Optional[str] = INSTANCE,
                 out: Optional[Path] = typer.Option(None, "--out", help="write the CP-SAT SolveResult JSON here")):
     """Offline optimum with known lengths (CP-SAT), and each policy's competitive ratio to it
     (or to the lower bound, flagged, when the optimum is not proven)."""
-    from pipeplan.cli import _progress
-    from pipeplan.io import write_atomic
-    from pipeplan.rollout_study import competitive_rows, linearized, rows_markdown, solve_all
+    from pipeplan.app.studies.rollout import (
+        competitive_rows,
+        linearized,
+        rows_markdown,
+        solve_all,
+    )
+    from pipeplan.core.io import write_atomic
 
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
     if linear:
@@ -194,11 +206,15 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = ty
               out: Path = typer.Option(Path("results/rollout"), "--out")):
     """rho sweep (total trainer time / rollout makespan): best policy and each policy's ratio to
     the optimum per regime; writes sweep.csv, sweep.md and regime.png."""
-    from pipeplan.cli import _progress
+    from pipeplan.app.studies.rollout import (
+        SWEEP_COLUMNS,
+        sweep,
+        sweep_markdown,
+        to_csv,
+    )
+    from pipeplan.app.studies.rollout_figures import regime_plot
+    from pipeplan.core.io import write_atomic
     from pipeplan.formulations.rollout.workloads import preset_round
-    from pipeplan.io import write_atomic
-    from pipeplan.rollout_plots import regime_plot
-    from pipeplan.rollout_study import SWEEP_COLUMNS, sweep, sweep_markdown, to_csv
 
     check_limits(time_limit, threads)
     values = _floats(rhos, "--rhos")
@@ -229,12 +245,20 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
     """The 12 settings of the paper (4 workloads x R in {32, 64, 96}): reductions of CGP and
     CGP+FGD vs the synchronous baseline next to the paper's bands; writes reproduction.md/.csv
     and a Gantt chart of one round."""
-    from pipeplan.cli import _progress
-    from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
-    from pipeplan.io import write_atomic
-    from pipeplan.rollout_plots import gantt
-    from pipeplan.rollout_study import (REPRO_COLUMNS, gantt_schedule, reproduce, reproduction_markdown,
-                                        sensitivity as sensitivity_rows, to_csv)
+    from pipeplan.app.studies.rollout import (
+        REPRO_COLUMNS,
+        gantt_schedule,
+        reproduce,
+        reproduction_markdown,
+        to_csv,
+    )
+    from pipeplan.app.studies.rollout import sensitivity as sensitivity_rows
+    from pipeplan.app.studies.rollout_figures import gantt
+    from pipeplan.core.io import write_atomic
+    from pipeplan.formulations.rollout.workloads import (
+        ARRIVAL_JITTER_GROUPS,
+        preset_round,
+    )
 
     jitter = ARRIVAL_JITTER_GROUPS if jitter is None else jitter
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates

@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from pipeplan.errors import InputError
-from pipeplan.sizes import bytes_from_env
+from pipeplan.core.errors import InputError
+from pipeplan.core.sizes import bytes_from_env
 
 DEFAULT_MAX_INPUT_MB = 512
 # (device, inode, mtime) of every file read by this process: the mtime keeps an inode that the

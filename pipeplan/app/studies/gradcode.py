@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import pipeplan
-from pipeplan.io import write_atomic
+from pipeplan.core.io import write_atomic
 
 # Target training losses: what full-gradient descent (uncoded) reaches after about 85-90 steps
 # with the default learning rates (softmax 2.0, MLP 1.0); chosen here, not from the paper.

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from pipeplan.io import write_atomic
+from pipeplan.core.io import write_atomic
 
 LABELS = {"period_ms": "period (ms)", "latency_ms": "latency (ms)", "energy_mj": "energy per inference (mJ)"}
 

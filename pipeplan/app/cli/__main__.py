@@ -1,0 +1,3 @@
+from pipeplan.app.cli.main import main
+
+main()

@@ -1,0 +1,74 @@
+"""Warm starts, seeds and fallback plans of the mapping solvers: the one module that calls the
+heuristics (HEFT, the best single PU, the pipeline DP) directly, for CP-SAT's hint, the MILP's
+and CP-SAT's plan when time runs out, NSGA-II's initial population, and the reference plans of
+hypervolume comparisons. Every step checks the deadline it is given."""
+from __future__ import annotations
+
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.pareto import single_pu_plans
+from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.solvers.mapping.heft import heft_plan
+from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
+from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.vocabulary import mapping_key
+
+HEURISTICS = ("pipeline-dp", "heft", "single")     # ties between their plans go to the first
+
+
+def best_heuristic_plan(problem: MappingProblem, objective: str, deadline: Deadline | None = None) -> Plan:
+    """The best plan of the cheap heuristics for ``objective`` (a warm start, or what a solver
+    returns when its time runs out): HEFT, the best single PU and the pipeline DP (its best
+    pipeline by ``deadline``), as many as ``deadline`` allows, compared by the evaluator. When
+    time runs out before HEFT's plan is made: the whole network on its fastest PU, which costs
+    no evaluation."""
+    deadline = deadline or Deadline(None)
+    key = mapping_key(objective)
+    try:
+        heft = heft_plan(problem, deadline)
+    except OutOfTime:
+        return fastest_pu_plan(problem)
+    found: dict[str, tuple[float, Plan]] = {}
+    try:
+        ev, plan = single_plan(problem, deadline=deadline)
+        found["single"] = (ev.objectives()[key], plan)
+    except ValueError:                   # no PU runs every unit
+        pass
+    except OutOfTime:
+        return heft
+    try:
+        plan, _ = pipeline_plan(problem, deadline=deadline)
+        found["pipeline-dp"] = (evaluate(problem, plan).objectives()[key], plan)
+    except (ValueError, OutOfTime):
+        pass
+    if not found:
+        return heft
+    found["heft"] = (evaluate(problem, heft).objectives()[key], heft)
+    return min((found[h][0], HEURISTICS.index(h), found[h][1]) for h in found)[2]
+
+
+def seed_plans(problem: MappingProblem, deadline: Deadline, max_stages: int | None = None) -> list[Plan]:
+    """NSGA-II's seeds, in this order: the best single PU, HEFT (the fastest PU's plan when time
+    runs out first, so there is always one seed) and the pipeline DP, as ``deadline`` allows."""
+    try:
+        heft = heft_plan(problem, deadline)
+    except OutOfTime:
+        heft = fastest_pu_plan(problem)
+
+    def attempt(make):
+        try:
+            return make()
+        except (ValueError, OutOfTime):  # ValueError: no single PU, or no pipeline, runs every unit
+            return None
+
+    single = attempt(lambda: single_plan(problem, deadline=deadline)[1])
+    pipeline = attempt(lambda: pipeline_plan(problem, max_stages, deadline)[0])
+    return [p for p in (single, heft, pipeline) if p is not None]
+
+
+def reference_plans(problem: MappingProblem) -> list[Plan]:
+    """Plans every solver can reach, for a hypervolume reference point: one per PU that runs the
+    whole network, or HEFT's plan when no PU does."""
+    return single_pu_plans(problem) or [heft_plan(problem)]

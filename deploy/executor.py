@@ -29,6 +29,9 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+
+from pipeplan.core.errors import InputError
+from pipeplan.core.sizes import check_memory
 from pipeplan.deploy.manifest import (
     GroupSpec,
     Manifest,
@@ -42,9 +45,6 @@ from pipeplan.deploy.runtime import (
     pin_current_thread,
     usable_cores,
 )
-
-from pipeplan.core.errors import InputError
-from pipeplan.core.sizes import check_memory
 
 OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
 QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory

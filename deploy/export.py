@@ -29,6 +29,9 @@ import networkx as nx
 import onnx
 from onnx import ModelProto, helper, shape_inference
 from onnx.utils import Extractor
+
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import check_output, load_json
 from pipeplan.deploy.manifest import (
     MANIFEST_FILE,
     MANIFEST_SCHEMA,
@@ -42,11 +45,9 @@ from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, 
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, read_model
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
-from pipeplan.instances.catalog import PLATFORMS_DIR, load_mapping
+from pipeplan.instances.catalog import load_mapping
+from pipeplan.instances.paths import PLATFORMS_DIR
 from pipeplan.profiles.roofline import load_platform
-
-from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_output, load_json
 
 REFERENCE_FILE = "model_full.onnx"
 # Graph optimisations stay off, as in `pipeplan profile`, so a deployed stage runs the same

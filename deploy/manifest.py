@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 import onnx
+
+from pipeplan.core.io import inside_folder, load_json, read_input
 from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION, check_session_config
 from pipeplan.formulations.mapping.onnx_external import external_tensors
 from pipeplan.formulations.mapping.profile import Reader
 from pipeplan.profiles.roofline import MAX_THREADS
-
-from pipeplan.core.io import inside_folder, load_json, read_input
 
 MAX_ELEMENTS = 2**31 - 1   # elements of one tensor of one frame (ONNX Runtime's int32 limit)
 

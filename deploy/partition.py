@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
-from pipeplan.formulations.mapping.plan import Plan
 
 from pipeplan.core.errors import InputError
+from pipeplan.formulations.mapping.plan import Plan
 
 
 @dataclass(frozen=True)

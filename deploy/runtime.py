@@ -31,9 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 import onnxruntime as ort
-from pipeplan.profiles.roofline import MAX_THREADS, Platform
 
 from pipeplan.core.errors import InputError
+from pipeplan.profiles.roofline import MAX_THREADS, Platform
 
 CPU_PROVIDER = "CPUExecutionProvider"
 AFFINITY_KEY = "session.intra_op_thread_affinities"

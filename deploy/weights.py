@@ -28,6 +28,7 @@ import math
 import numpy as np
 import onnxruntime as ort
 from onnx import ModelProto, TensorProto, helper, numpy_helper, shape_inference
+
 from pipeplan.formulations.mapping.onnx_graph import onnx_node_names
 
 # Ops that pass a weight on unchanged in value (only in layout); the role is decided further on.

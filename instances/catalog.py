@@ -13,9 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-
-INSTANCES_DIR = Path(__file__).parent
-PLATFORMS_DIR = INSTANCES_DIR.parent / "profiles" / "platforms"
+from pipeplan.instances.paths import INSTANCES_DIR, PLATFORMS_DIR
 
 
 def measured_names() -> list[str]:

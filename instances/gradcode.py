@@ -8,22 +8,10 @@ steps, stores 2(s+1) partitions), medium (speed 1, 15%, s+1) and slow (speed 0.5
 """
 from __future__ import annotations
 
+from pipeplan.core.errors import InputError
 from pipeplan.formulations.gradcode.problem import GradCodeProblem, homogeneous_problem
 from pipeplan.formulations.gradcode.straggler import StragglerModel
-
-from pipeplan.core.errors import InputError
-
-TIERS = {"A": (2.0, 0.05, 2), "B": (1.0, 0.15, 1), "C": (0.5, 0.40, 1)}   # speed, p, capacity / (s+1)
-PATTERN = "ABCBACBBACBC"
-
-
-def heterogeneous_problem(name: str, s: int, *, pipelined: bool = False,
-                          straggler: StragglerModel | None = None, pattern: str = PATTERN) -> GradCodeProblem:
-    tiers = [TIERS[t] for t in pattern]
-    n = len(tiers)
-    return GradCodeProblem(name=name, n=n, s=s, k=n, speeds=tuple(t[0] for t in tiers),
-                           straggle_prob=tuple(t[1] for t in tiers), capacity=tuple(t[2] * (s + 1) for t in tiers),
-                           straggler=straggler or StragglerModel(), pipelined=pipelined)
+from pipeplan.instances.gradcode_clusters import heterogeneous_problem
 
 
 def _catalogue() -> dict[str, callable]:
@@ -61,8 +49,7 @@ def load_instance(name: str) -> GradCodeProblem:
     if synthetic is not None:
         return synthetic
     if name.endswith(".json"):
-        from pipeplan.formulations.gradcode.problem import problem_from_dict
-
         from pipeplan.core.io import load_json
+        from pipeplan.formulations.gradcode.problem import problem_from_dict
         return problem_from_dict(load_json(name), name)
     raise InputError(name, "instance", f"unknown gradcode instance (known: {', '.join(instance_names())})")

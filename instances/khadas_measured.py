@@ -5,7 +5,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeplan.instances.catalog import INSTANCES_DIR
+from pipeplan.instances.paths import INSTANCES_DIR
 
 EVALUATIONS_CSV = INSTANCES_DIR / "khadas-vim3" / "evaluations.csv"
 

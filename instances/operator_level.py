@@ -8,8 +8,10 @@ campaign). PUs without a measurement (the NPU) keep the roofline estimate.
 """
 from __future__ import annotations
 
+from pipeplan.formulations.mapping.instance_io import load_problem_file
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.instances.paths import INSTANCES_DIR, PLATFORMS_DIR
 from pipeplan.profiles.roofline import calibrate, load_platform, roofline_profile
 
 # operator-level instance -> the measured block-level instance of the same network
@@ -18,8 +20,7 @@ CALIBRATION = {("a311d", "inception_v1"): "khadas-vim3/Google-parapipe"}
 
 def measured_totals(instance: str) -> dict[str, float]:
     """Per PU: the sum of a measured instance's block times at the PU's top DVFS level."""
-    from pipeplan.instances.catalog import load_mapping
-    prof = load_mapping(instance).profile
+    prof = load_problem_file(INSTANCES_DIR / f"{instance}.json").profile
     out = {}
     for name, pu in prof.pus.items():
         times = prof.time_ms[name].get(pu.max_level, ())
@@ -29,8 +30,6 @@ def measured_totals(instance: str) -> dict[str, float]:
 
 
 def operator_instance(platform: str, model: str) -> MappingProblem:
-    from pipeplan.instances.catalog import PLATFORMS_DIR
-
     plat = load_platform(PLATFORMS_DIR / f"{platform}.json")
     g = load_onnx(light_model_path(model))
     name = f"{platform}/{model}"

@@ -12,14 +12,13 @@ import random
 import re
 from pathlib import Path
 
+from pipeplan.core.errors import InputError
 from pipeplan.formulations.rollout.problem import (
     EngineModel,
     RolloutProblem,
     TrainerModel,
 )
 from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
-
-from pipeplan.core.errors import InputError
 
 TINY = 4
 _NAME = re.compile(r"^rollout/(?P<w>[a-z0-9_-]+)-R(?P<R>\d+)(?:-s(?P<seed>\d+))?$")

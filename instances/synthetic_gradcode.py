@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from pipeplan.formulations.gradcode.problem import GradCodeProblem
-from pipeplan.instances.gradcode import TIERS, heterogeneous_problem
 
 from pipeplan.core.errors import InputError
+from pipeplan.formulations.gradcode.problem import GradCodeProblem
+from pipeplan.instances.gradcode_clusters import TIERS, heterogeneous_problem
 
 NAME = re.compile(r"^gradcode/synthetic-n(?P<n>\d+)(?:-s(?P<s>\d+))?(?P<pipe>-pipe)?(?:-seed(?P<seed>\d+))?$")
 

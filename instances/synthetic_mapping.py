@@ -16,12 +16,12 @@ that a 20,000-unit instance builds in a fraction of a second.
 from __future__ import annotations
 
 import numpy as np
-from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
-from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Transfers
-from pipeplan.instances.catalog import PLATFORMS_DIR
-from pipeplan.profiles.roofline import LEVEL, load_platform
 
 from pipeplan.core.errors import InputError
+from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Transfers
+from pipeplan.instances.paths import PLATFORMS_DIR
+from pipeplan.profiles.roofline import LEVEL, load_platform
 
 PLATFORM = "a311d"
 # op type -> draw weight inside branches and chains, FLOPs range, output bytes range

@@ -37,9 +37,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from pipeplan.formulations.mapping.profile import profile_from_dict
-
 from pipeplan.core.io import read_csv, write_atomic, write_json
+from pipeplan.formulations.mapping.profile import profile_from_dict
 
 SOURCE = ("Khadas VIM3 (Amlogic A311D) measurements, public repository Ehsan-aghapour/CO-UP-Profiling "
           "at commit 22005a9d8742a71fb9e03e6e1484359984084a12 (Profiling/Data, "

@@ -26,6 +26,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 from onnx import ModelProto, helper
+
+from pipeplan.core.errors import InputError
+from pipeplan.core.sizes import check_memory
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import (
     graph_from_model,
@@ -33,9 +36,6 @@ from pipeplan.formulations.mapping.onnx_graph import (
     read_model,
 )
 from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Transfers
-
-from pipeplan.core.errors import InputError
-from pipeplan.core.sizes import check_memory
 
 LEVEL = "max"
 TRANSFER_FIXED_MS = 0.01  # hand-off between two host threads: a queue push and a wake-up

@@ -39,6 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_json
 from pipeplan.formulations.mapping.profile import (
     PU,
     AffineTransfer,
@@ -46,9 +49,6 @@ from pipeplan.formulations.mapping.profile import (
     Reader,
     Transfers,
 )
-
-from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_json
 
 PLATFORM_SCHEMA = "pipeplan.platform/1"
 LEVEL = "max"  # roofline profiles have one DVFS level: the top one

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+
 from pipeplan.formulations.gradcode.decoders import decoding_vector, needed_replies
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 

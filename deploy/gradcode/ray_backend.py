@@ -19,6 +19,7 @@ import os
 import time
 
 import numpy as np
+
 from pipeplan.deploy.gradcode.data import digits
 from pipeplan.deploy.gradcode.models import accuracy, make_model, mean_loss
 from pipeplan.deploy.gradcode.protocol import Master, WorkerState

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
 from pipeplan.deploy.gradcode.data import digits
 from pipeplan.deploy.gradcode.models import accuracy, make_model, mean_loss
 from pipeplan.deploy.gradcode.protocol import Master, WorkerState

@@ -8,6 +8,7 @@ import itertools
 from typing import Iterator
 
 import numpy as np
+
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
 from pipeplan.formulations.gradcode.placement import groups_code, pipelined
 from pipeplan.formulations.gradcode.problem import GradCodeProblem

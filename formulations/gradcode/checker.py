@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
 

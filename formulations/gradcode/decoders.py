@@ -6,6 +6,7 @@ and the Ray master; ``decoding_vector`` turns the replies it kept into decoding 
 from __future__ import annotations
 
 import numpy as np
+
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 
 

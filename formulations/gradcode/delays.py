@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from pipeplan.formulations.gradcode.straggler import StragglerModel
 
 

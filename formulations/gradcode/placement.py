@@ -6,6 +6,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
+
 from pipeplan.formulations.gradcode.decoders import group_index
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pipeplan.formulations.gradcode.straggler import StragglerModel, model_from_dict
-
 from pipeplan.core.errors import InputError
+from pipeplan.formulations.gradcode.straggler import StragglerModel, model_from_dict
 
 SCHEMA = "pipeplan.gradcode-problem/1"
 

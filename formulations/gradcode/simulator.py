@@ -9,6 +9,7 @@ are dropped.
 from __future__ import annotations
 
 import numpy as np
+
 from pipeplan.formulations.gradcode.delays import DelaySampler
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem

@@ -23,9 +23,9 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from pipeplan.formulations.gradcode.gradient_code import GradientCode
 
 from pipeplan.core.deadline import Deadline
+from pipeplan.formulations.gradcode.gradient_code import GradientCode
 
 RESIDUAL_TOL = 1e-6
 EXHAUSTIVE_MAX_N = 24

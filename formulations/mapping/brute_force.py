@@ -12,11 +12,10 @@ from __future__ import annotations
 import itertools
 from typing import Iterator
 
+from pipeplan.core.vocabulary import MAPPING_KEYS
 from pipeplan.formulations.mapping.evaluator import Evaluation, evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
-
-from pipeplan.core.vocabulary import MAPPING_KEYS
 
 
 def _linear_extensions(units: list[str], preds: dict[str, set[str]]) -> Iterator[tuple[str, ...]]:

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeplan.core.errors import InputError
 from pipeplan.formulations.mapping.plan import Plan, plan_from_string
 from pipeplan.formulations.mapping.problem import MappingProblem
-
-from pipeplan.core.errors import InputError
 
 
 def levels_for(problem: MappingProblem, plan: Plan, freq: str, source: str = "--freq") -> dict[str, str]:

@@ -8,11 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
-from pipeplan.formulations.mapping.profile import load_profile, profile_from_dict
-
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json
+from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.formulations.mapping.profile import load_profile, profile_from_dict
 
 INSTANCE_SCHEMA = "pipeplan.mapping-instance/1"
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import numpy as np
+
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXIS_KEYS
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
-
-from pipeplan.core.vocabulary import MAPPING_KEYS as AXIS_KEYS
 
 REFERENCE_MARGIN = 1.1
 DIGITS = 9  # objective values equal to this many decimals are one point (float noise of sums)

@@ -10,9 +10,9 @@ from functools import cached_property
 from typing import Any
 
 import networkx as nx
-from pipeplan.formulations.mapping.profile import Profile, Reader
 
 from pipeplan.core.errors import InputError
+from pipeplan.formulations.mapping.profile import Profile, Reader
 
 
 @dataclass(frozen=True)

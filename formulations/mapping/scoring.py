@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_json, read_csv
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.frequencies import plan_for
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
-
-from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_json, read_csv
 
 BATCH_COLUMNS = ("mapping", "mode", "freq")
 

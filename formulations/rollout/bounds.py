@@ -16,6 +16,7 @@ from k on). The earliest c-th completion takes the c cheapest groups for each en
 from __future__ import annotations
 
 import numpy as np
+
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 
 

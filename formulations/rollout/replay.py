@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeplan.core.errors import InputError
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.schedule import PLAN_SCHEMA, Schedule
 from pipeplan.formulations.rollout.simulator import EPS, WAITING, Policy, simulate
 from pipeplan.formulations.rollout.trainer import MODES
-
-from pipeplan.core.errors import InputError
 
 TOLERANCE_S = 1e-6  # a planned admission this close to a decision happens at that decision
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeplan.formulations.rollout.problem import RolloutProblem, problem_from_dict
-from pipeplan.formulations.rollout.workloads import make_round
-
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json, load_text, parse_number, read_csv
+from pipeplan.formulations.rollout.problem import RolloutProblem, problem_from_dict
+from pipeplan.formulations.rollout.workloads import make_round
 
 REQUIRED = ("prompt_id", "sample_id", "response_tokens")
 DEFAULT_PROMPT_TOKENS = 256

@@ -41,7 +41,7 @@ from typing import Callable
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, load_toml, read_input, write_json
 from pipeplan.core.vocabulary import SYSTEMS
-from pipeplan.instances.catalog import INSTANCES_DIR
+from pipeplan.instances.paths import INSTANCES_DIR
 
 SUITES_DIR = INSTANCES_DIR / "suites"
 RECORDS = "runs.jsonl"

@@ -29,12 +29,12 @@ import heapq
 from dataclasses import dataclass
 
 import numpy as np
+
+from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 from pipeplan.formulations.gradcode.delays import DelaySampler, stratified_delays
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import groups_code, pipelined
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
-
-from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 
 OBJECTIVES = tuple(GRADCODE_OBJECTIVES)
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import cyclic_support, pipelined
@@ -20,10 +23,6 @@ from pipeplan.solvers.gradcode.assignment import (
 )
 from pipeplan.solvers.gradcode.common import scored_result
 from pipeplan.solvers.gradcode.cyclic import best_cyclic
-
-from pipeplan.core.deadline import Deadline
-from pipeplan.core.result import Quality, SolveResult, Termination
-from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 
 STRUCTURES = ("best", "groups")
 

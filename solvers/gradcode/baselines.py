@@ -12,6 +12,7 @@ puts each partition on s+1 workers.
 from __future__ import annotations
 
 import numpy as np
+
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import cyclic_support
 

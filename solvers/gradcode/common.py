@@ -2,13 +2,12 @@
 wrap it in a SolveResult (a solver never reports its own step times)."""
 from __future__ import annotations
 
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.formulations.gradcode.evaluator import evaluate
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
 from pipeplan.formulations.gradcode.verifier import Verification, verify
-
-from pipeplan.core.deadline import Deadline
-from pipeplan.core.result import Quality, SolveResult, Termination
 
 # The re-scoring (the evaluator's simulation and a verification cut short by the deadline) takes
 # about RESCORE_S + RESCORE_S_PER_WORKER * n seconds, measured on one core: 2.3 s at n = 2,000. A

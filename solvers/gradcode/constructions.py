@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.registry import register
+from pipeplan.core.result import Termination
 from pipeplan.formulations.gradcode.placement import pipelined
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
 from pipeplan.solvers.gradcode.cyclic import best_cyclic
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_cr, pgc_fr
-
-from pipeplan.core.deadline import Deadline
-from pipeplan.core.registry import register
-from pipeplan.core.result import Termination
 
 
 def _square(problem, scheme: str) -> None:

@@ -9,6 +9,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.vocabulary import GradcodeAxis
 from pipeplan.solvers.gradcode.assignment import (
     AssignmentData,
     assignment_data,
@@ -20,10 +24,6 @@ from pipeplan.solvers.gradcode.assignment_result import (
     assignment_result,
 )
 from pipeplan.solvers.gradcode.common import search_deadline
-
-from pipeplan.core.deadline import Deadline, OutOfTime
-from pipeplan.core.registry import register
-from pipeplan.core.vocabulary import GradcodeAxis
 
 US = 1_000_000
 # CP-SAT loads and presolves a large model past its own time limit: measured 5.7 s on a model

@@ -10,12 +10,12 @@ s = 5), so several seeds are tried and the one with the smallest worst-case cond
 from __future__ import annotations
 
 import numpy as np
-from pipeplan.formulations.gradcode.gradient_code import GradientCode
-from pipeplan.formulations.gradcode.placement import cyclic_support
-from pipeplan.formulations.gradcode.verifier import Verification, verify
 
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.errors import InputError
+from pipeplan.formulations.gradcode.gradient_code import GradientCode
+from pipeplan.formulations.gradcode.placement import cyclic_support
+from pipeplan.formulations.gradcode.verifier import Verification, verify
 
 
 def cyclic_matrix(n: int, s: int, rng: np.random.Generator) -> np.ndarray:

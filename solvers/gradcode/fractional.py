@@ -3,10 +3,9 @@ workers; every worker of a group stores the group's s+1 partitions and replies t
 reply per group decodes exactly."""
 from __future__ import annotations
 
+from pipeplan.core.errors import InputError
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import groups_code
-
-from pipeplan.core.errors import InputError
 
 
 def fractional_repetition(n: int, s: int) -> GradientCode:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.vocabulary import GradcodeAxis
 from pipeplan.solvers.gradcode.assignment import (
     AssignmentData,
     assignment_data,
@@ -18,10 +21,6 @@ from pipeplan.solvers.gradcode.assignment_result import (
 )
 from pipeplan.solvers.gradcode.common import search_deadline
 
-from pipeplan.core.deadline import Deadline, OutOfTime
-from pipeplan.core.registry import register
-from pipeplan.core.vocabulary import GradcodeAxis
-
 HANDOVER_PER_BUILD = 1.0   # PuLP's hand-over to the solver, in units of the model's build time
 
 
@@ -29,6 +28,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
                 backend: str = "highs") -> BackendAnswer:
     """Raises OutOfTime when the deadline passes before the model is built and handed over."""
     import pulp
+
     from pipeplan.solvers.pulp_backend import make_solver, pick_backend
 
     p, n, G, Q = data.problem, data.n, data.groups, data.qmax

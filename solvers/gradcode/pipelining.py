@@ -10,12 +10,12 @@ partition is computed exactly once per step.
 from __future__ import annotations
 
 import numpy as np
+
+from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import cyclic_support, pipelined
 from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
-
-from pipeplan.core.deadline import Deadline
 
 
 def pgc_fr(n: int, s: int) -> GradientCode:

@@ -1,6 +1,8 @@
 """Named schemes for ``pipeplan gradcode`` and training: the constructions and the baselines."""
 from __future__ import annotations
 
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.errors import InputError
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.solvers.gradcode.baselines import (
     ignore_stragglers_gc,
@@ -10,9 +12,6 @@ from pipeplan.solvers.gradcode.baselines import (
 from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_cr, pgc_fr
-
-from pipeplan.core.deadline import Deadline
-from pipeplan.core.errors import InputError
 
 PLACEMENTS = ("fr", "cr", "pgc-fr", "pgc-cr")
 # the schemes Su and Li compare in training (GC-FR/GC-CR are FR/CR without pipelining)

@@ -3,15 +3,15 @@ the deadline a solver searches to; transfer times of every edge as one array."""
 from __future__ import annotations
 
 import numpy as np
-from pipeplan.formulations.mapping.bounds import lower_bounds
-from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.formulations.mapping.plan import Plan
-from pipeplan.formulations.mapping.problem import MappingProblem
 
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.core.vocabulary import MAPPING_AXES as OBJECTIVES
 from pipeplan.core.vocabulary import mapping_key
+from pipeplan.formulations.mapping.bounds import lower_bounds
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.problem import MappingProblem
 
 # Seconds per unit that a solver keeps for its last steps after it stops searching: scoring the
 # plan (the checker, the evaluator, the lower bounds: about 0.6 s at 20,000 units on one loaded

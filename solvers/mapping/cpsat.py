@@ -14,15 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeplan.solvers.mapping.common import scored_result, search_deadline
-from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
-
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
 from pipeplan.core.vocabulary import MappingAxis
+from pipeplan.solvers.mapping.common import scored_result, search_deadline
+from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
 
 if TYPE_CHECKING:
     from pipeplan.solvers.mapping.cpsat_model import MappingCpModel

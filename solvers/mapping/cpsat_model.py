@@ -25,11 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import paced, transfer_times
-
-from pipeplan.core.deadline import Deadline
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model

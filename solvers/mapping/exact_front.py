@@ -8,12 +8,11 @@ limit covers building each step's model and its hint too.
 """
 from __future__ import annotations
 
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.cpsat_model import MappingCpModel
-
-from pipeplan.core.deadline import Deadline, OutOfTime
-from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 
 
 def exact_front(problem: MappingProblem, x: str = "period", y: str = "latency", *, time_limit: float = 60.0,

@@ -10,13 +10,13 @@ from __future__ import annotations
 from math import fsum
 
 import numpy as np
-from pipeplan.formulations.mapping.plan import Plan, Stage
-from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.solvers.mapping.common import scored_result, transfer_times
 
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.registry import register
 from pipeplan.core.vocabulary import MappingAxis
+from pipeplan.formulations.mapping.plan import Plan, Stage
+from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.solvers.mapping.common import scored_result, transfer_times
 
 
 def heft_plan(problem: MappingProblem, deadline: Deadline | None = None) -> Plan:

@@ -5,6 +5,12 @@ from __future__ import annotations
 import time
 from typing import Literal
 
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
+from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
+from pipeplan.core.vocabulary import MappingAxis
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.mapping.common import (
     objective_key,
@@ -12,13 +18,6 @@ from pipeplan.solvers.mapping.common import (
     search_deadline,
 )
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
-
-from pipeplan.core.deadline import Deadline, OutOfTime
-from pipeplan.core.registry import register
-from pipeplan.core.result import Quality, SolveResult, Termination
-from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
-from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
-from pipeplan.core.vocabulary import MappingAxis
 
 
 @register("mapping", "milp", exact=True, requires=("pulp",),
@@ -34,6 +33,7 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     time_limit). ``time_limit`` (s) covers the heuristics, building the model and both solves,
     less the final scoring's share."""
     import pulp
+
     from pipeplan.solvers.mapping.milp_model import TIE_SLACK, MappingMilp, run_milp
     from pipeplan.solvers.pulp_backend import pick_backend
 

@@ -37,12 +37,12 @@ import math
 
 import networkx as nx
 import pulp
+
+from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.solvers.mapping.common import paced, transfer_times
 from pipeplan.solvers.pulp_backend import make_solver
-
-from pipeplan.core.deadline import Deadline
 
 TIE_SLACK = 1e-9        # the primary may exceed its optimum by this (relative and absolute)
 

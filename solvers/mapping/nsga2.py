@@ -16,6 +16,13 @@ the archive so far (at least the first seed).
 from __future__ import annotations
 
 import numpy as np
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Termination
+from pipeplan.core.vocabulary import MAPPING_AXES as OBJECTIVES
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXIS_KEYS
+from pipeplan.core.vocabulary import MAPPING_TIE_BREAK, MappingAxis
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.pareto import non_dominated, rounded
 from pipeplan.formulations.mapping.plan import (
@@ -26,13 +33,6 @@ from pipeplan.formulations.mapping.plan import (
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import paced, scored_result, search_deadline
 from pipeplan.solvers.mapping.warm_start import seed_plans
-
-from pipeplan.core.deadline import Deadline, OutOfTime
-from pipeplan.core.registry import register
-from pipeplan.core.result import Termination
-from pipeplan.core.vocabulary import MAPPING_AXES as OBJECTIVES
-from pipeplan.core.vocabulary import MAPPING_KEYS as AXIS_KEYS
-from pipeplan.core.vocabulary import MAPPING_TIE_BREAK, MappingAxis
 
 REPAIR_MEMO = 1 << 16  # repaired vectors remembered; the memo is emptied when full to bound memory
 

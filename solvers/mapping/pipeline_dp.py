@@ -17,6 +17,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import (
@@ -24,10 +28,6 @@ from pipeplan.solvers.mapping.common import (
     search_deadline,
     transfer_times,
 )
-
-from pipeplan.core.deadline import Deadline, OutOfTime
-from pipeplan.core.registry import register
-from pipeplan.core.result import Quality, SolveResult, Termination
 
 EPS = 1e-9
 

@@ -1,14 +1,13 @@
 """Baseline: the whole network on the single best PU (one stage)."""
 from __future__ import annotations
 
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.registry import register
+from pipeplan.core.vocabulary import MappingAxis
 from pipeplan.formulations.mapping.evaluator import Evaluation, evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import objective_key, scored_result
-
-from pipeplan.core.deadline import Deadline
-from pipeplan.core.registry import register
-from pipeplan.core.vocabulary import MappingAxis
 
 
 def single_plan(problem: MappingProblem, objective: str = "period", freq: str = "max",

@@ -4,6 +4,8 @@ and CP-SAT's plan when time runs out, NSGA-II's initial population, and the refe
 hypervolume comparisons. Every step checks the deadline it is given."""
 from __future__ import annotations
 
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.vocabulary import mapping_key
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.pareto import single_pu_plans
 from pipeplan.formulations.mapping.plan import Plan
@@ -11,9 +13,6 @@ from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.heft import heft_plan
 from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
 from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
-
-from pipeplan.core.deadline import Deadline, OutOfTime
-from pipeplan.core.vocabulary import mapping_key
 
 HEURISTICS = ("pipeline-dp", "heft", "single")     # ties between their plans go to the first
 

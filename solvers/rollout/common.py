@@ -2,12 +2,11 @@
 figures are the simulator's (never a solver's own), with the gap to the lower bound."""
 from __future__ import annotations
 
+from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.schedule import Schedule
-
-from pipeplan.core.result import Quality, SolveResult, Termination
 
 
 class InvalidSchedule(RuntimeError):

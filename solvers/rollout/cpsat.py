@@ -23,6 +23,9 @@ from __future__ import annotations
 import math
 import time
 
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Quality, Termination
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.fixed_model import (
     completions,
@@ -36,10 +39,6 @@ from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.trainer import chunks, run_updates, stream_order
 from pipeplan.solvers.rollout.common import scored_result
 from pipeplan.solvers.rollout.policies import CgpPolicy
-
-from pipeplan.core.deadline import Deadline, OutOfTime
-from pipeplan.core.registry import register
-from pipeplan.core.result import Quality, Termination
 
 SCALE = 10**6  # trainer coefficients are kept in millionths of the time unit
 GRID = 1000    # with a linear engine, time units per decode step

@@ -2,6 +2,7 @@
 simulator with its policy; the result's figures are the simulator's, checked by the checker."""
 from __future__ import annotations
 
+from pipeplan.core.registry import register
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.solvers.rollout.common import scored_result
 from pipeplan.solvers.rollout.policies import (
@@ -13,8 +14,6 @@ from pipeplan.solvers.rollout.policies import (
     ShortestFirstPolicy,
     SyncPolicy,
 )
-
-from pipeplan.core.registry import register
 
 POLICIES = {
     "sync": (SyncPolicy, "Slime-style synchronous: whole round (arrival order), then train in prompt order"),

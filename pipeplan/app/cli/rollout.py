@@ -134,9 +134,9 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
         competitive_rows,
         rows_markdown,
         solve_all,
-        to_csv,
     )
     from pipeplan.core.io import write_atomic
+    from pipeplan.core.tables import csv_text
 
     names = _names(policies) + (["cpsat"] if offline else [])
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
@@ -147,7 +147,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
     if out:
         with staged_folder(out) as stage:
             write_atomic(stage / "compare.md", md)
-            write_atomic(stage / "compare.csv", to_csv(rows, rows[0].keys()))
+            write_atomic(stage / "compare.csv", csv_text(rows, list(rows[0])))
     typer.echo(md, nl=False)
 
 
@@ -210,10 +210,10 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = ty
         SWEEP_COLUMNS,
         sweep,
         sweep_markdown,
-        to_csv,
     )
     from pipeplan.app.studies.rollout_figures import regime_plot
     from pipeplan.core.io import write_atomic
+    from pipeplan.core.tables import csv_text
     from pipeplan.formulations.rollout.workloads import preset_round
 
     check_limits(time_limit, threads)
@@ -229,7 +229,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = ty
     title = f"{workload}, R = {R}, seed {seed}"
     md = sweep_markdown(rows, command.strip(), title)
     with staged_folder(out) as stage:
-        write_atomic(stage / "sweep.csv", to_csv(rows, SWEEP_COLUMNS))
+        write_atomic(stage / "sweep.csv", csv_text(rows, SWEEP_COLUMNS))
         write_atomic(stage / "sweep.md", md)
         regime_plot(rows, stage / "regime.png", f"regime sweep: {title}")
     typer.echo(md + f"\nwritten: {out}/sweep.csv, sweep.md, regime.png")
@@ -250,11 +250,11 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
         gantt_schedule,
         reproduce,
         reproduction_markdown,
-        to_csv,
     )
     from pipeplan.app.studies.rollout import sensitivity as sensitivity_rows
     from pipeplan.app.studies.rollout_figures import gantt
     from pipeplan.core.io import write_atomic
+    from pipeplan.core.tables import csv_text
     from pipeplan.formulations.rollout.workloads import (
         ARRIVAL_JITTER_GROUPS,
         preset_round,
@@ -269,7 +269,7 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
     md = reproduction_markdown(records, command.strip(), sens)
     with staged_folder(out) as stage:
         write_atomic(stage / "reproduction.md", md)
-        write_atomic(stage / "reproduction.csv", to_csv(records, REPRO_COLUMNS))
+        write_atomic(stage / "reproduction.csv", csv_text(records, REPRO_COLUMNS))
         for policy, label in (("sync", "sync"), ("fgd-soft", "cgp-fgd")):
             gantt(sample, gantt_schedule(sample, policy, frontier), stage / f"gantt_{label}.png",
                   f"{sample.name} / {policy}")

@@ -1,0 +1,95 @@
+"""Solver failures become results with status error and the message, never a crash of the
+command: a CP-SAT model the library rejects, HiGHS (and CBC) missing, an exception inside pymoo.
+The failures are real library failures or the library's own failure paths, not mocked solvers."""
+import json
+
+import pulp
+import pytest
+from ortools.sat.python import cp_model
+
+import pipeplan
+from pipeplan.core.result import Quality, Termination
+from pipeplan.formulations.gradcode.problem import homogeneous_problem
+from pipeplan.instances.rollout import load_instance as load_rollout
+from tests.cli_helpers import run_cli
+from tests.helpers import tiny_problem
+
+# unit times of 1e15 ms do not fit CP-SAT's integer model (coefficients overflow int64)
+ABSURD = tiny_problem({"A": [1e15, 1.0], "B": [1.0, 1e15]}, name="absurd")
+
+
+def test_cpsat_model_error_is_an_error_result_and_other_solvers_still_run():
+    r = pipeplan.solve(ABSURD, "cpsat", time_limit=10)
+    assert r.termination is Termination.ERROR and r.quality is Quality.NONE
+    assert r.plan is None and r.message
+    heft = pipeplan.solve(ABSURD, "heft")
+    assert heft.quality is Quality.FEASIBLE and heft.objectives["period_ms"] == pytest.approx(2.0)
+
+
+def test_cli_prints_the_error_result_and_exits_1_without_traceback(tmp_path):
+    path = tmp_path / "absurd.json"
+    path.write_text(json.dumps(ABSURD.to_dict()))
+    proc = run_cli("solve", path, "--solver", "cpsat", "--time-limit", "10")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["termination"] == "error"
+    proc = run_cli("compare", path, "--solvers", "cpsat,heft", "--time-limit", "10", "--out", tmp_path / "cmp")
+    assert proc.returncode == 0, proc.stderr
+    rows = (tmp_path / "cmp" / "compare.csv").read_text()
+    assert "error" in rows and "heft" in rows
+
+
+@pytest.mark.parametrize("system", ["gradcode", "rollout"])
+def test_cpsat_invalid_model_status_is_an_error_not_a_time_limit(system, monkeypatch):
+    """CP-SAT's MODEL_INVALID answer (what it returns for a model it rejects) must not be read
+    as "no solution within the time limit"."""
+    monkeypatch.setattr(cp_model.CpSolver, "Solve", lambda self, model, *a, **k: cp_model.MODEL_INVALID)
+    problem = homogeneous_problem(6, 1) if system == "gradcode" else load_rollout("rollout/tiny-1")
+    r = pipeplan.solve(problem, "cpsat", time_limit=5)
+    assert r.termination is Termination.ERROR and "model invalid" in r.message
+
+
+def _without(monkeypatch, *backends):
+    if "highs" in backends:
+        monkeypatch.setattr(pulp.HiGHS, "available", lambda self: False)
+    if "cbc" in backends:
+        monkeypatch.setattr(pulp.PULP_CBC_CMD, "available", lambda self: False)
+
+
+def test_milp_without_highs_falls_back_to_cbc(monkeypatch):
+    if not pulp.PULP_CBC_CMD(msg=False).available():
+        pytest.skip("CBC is not installed either")
+    problem = tiny_problem({"A": [3.0, 1.0, 2.0], "B": [1.0, 3.0, 2.0]})
+    exact = pipeplan.solve(problem, "cpsat", time_limit=20)
+    _without(monkeypatch, "highs")
+    r = pipeplan.solve(problem, "milp", time_limit=20)
+    assert r.params["backend"] == "cbc" and r.termination is Termination.OPTIMAL
+    assert r.objectives["period_ms"] == pytest.approx(exact.objectives["period_ms"])
+
+
+@pytest.mark.parametrize("system", ["mapping", "gradcode"])
+def test_milp_without_any_backend_is_an_error_result(system, monkeypatch):
+    _without(monkeypatch, "highs", "cbc")
+    problem = tiny_problem({"A": [1.0, 2.0], "B": [2.0, 1.0]}) if system == "mapping" else homogeneous_problem(6, 1)
+    r = pipeplan.solve(problem, "milp", time_limit=5)
+    assert r.termination is Termination.ERROR and "neither HiGHS" in r.message
+
+
+def test_exception_inside_pymoo_is_an_error_result(monkeypatch):
+    from pymoo.operators.crossover.pntx import TwoPointCrossover
+
+    def broken(self, *args, **kwargs):
+        raise FloatingPointError("crossover produced NaN")
+    monkeypatch.setattr(TwoPointCrossover, "_do", broken)
+    r = pipeplan.solve(tiny_problem({"A": [1.0, 2.0, 3.0], "B": [2.0, 1.0, 1.0]}), "nsga2", time_limit=5, seed=0)
+    assert r.termination is Termination.ERROR and "crossover produced NaN" in r.message
+
+
+def test_failed_exact_sweep_is_one_line_exit_1_and_writes_nothing(tmp_path):
+    path = tmp_path / "absurd.json"
+    path.write_text(json.dumps(ABSURD.to_dict()))
+    proc = run_cli("pareto", path, "--time-limit", "10", "--out", tmp_path / "front")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: absurd: exact period/latency front:"), proc.stderr
+    assert not (tmp_path / "front").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["absurd.json"]

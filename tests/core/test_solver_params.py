@@ -1,0 +1,93 @@
+"""Declared solver parameters: ``pipeplan.solve`` refuses what a solver does not declare, before
+any work, with an InputError naming the parameter; the same defaults everywhere; and a missing
+optional library disables only the solvers whose ``requires`` names it."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pipeplan
+from pipeplan.app.bench import plan_runs
+from pipeplan.core.errors import InputError
+from pipeplan.core.registry import get_solver, solvers
+from pipeplan.core.vocabulary import MAPPING_AXES, SYSTEMS
+from tests.helpers import tiny_problem
+
+TINY = tiny_problem({"A": [1.0, 2.0], "B": [2.0, 1.0]}, transfer=0.1)
+
+
+def test_unknown_parameter_is_refused_naming_it():
+    with pytest.raises(InputError) as err:
+        pipeplan.solve(TINY, "heft", objctive="latency")
+    assert err.value.field == "objctive" and "objective='period'" in err.value.message
+
+
+def test_a_solver_that_cannot_honour_a_value_says_so():
+    with pytest.raises(InputError) as err:
+        pipeplan.solve(TINY, "pipeline-dp", objective="latency")
+    assert err.value.field == "objective" and "'period'" in err.value.message
+    with pytest.raises(InputError, match="shared_pus"):
+        pipeplan.solve(TINY, "milp", shared_pus=True)
+    with pytest.raises(InputError, match="warm start"):
+        pipeplan.solve(TINY, "heft", warm_start=object())
+
+
+@pytest.mark.solvers("mapping")
+def test_every_mapping_solver_defaults_to_the_period(solver):
+    info = get_solver("mapping", solver)
+    assert info.params["objective"].default == "period"
+    r = pipeplan.solve(TINY, solver, time_limit=10)
+    assert r.params["objective"] == "period" and r.plan is not None
+
+
+def test_objective_choices_come_from_the_vocabulary():
+    for s in solvers("mapping"):
+        choices = s.params["objective"].choices
+        assert choices and set(choices) <= set(MAPPING_AXES)
+
+
+def test_no_solver_swallows_keywords():
+    for system in SYSTEMS:
+        for s in solvers(system):
+            assert all(p.name.isidentifier() for p in s.params.values())
+            with pytest.raises(InputError):
+                s.check_params({"surely_not_a_parameter": 1})
+
+
+def test_bench_suite_parameters_are_checked_when_the_suite_is_planned():
+    suite = {"mapping": [{"instances": ["khadas-vim3/SqueezeV1"], "solvers": ["heft", "cpsat"], "params": {"tie_break": None}}]}
+    with pytest.raises(InputError) as err:
+        plan_runs(suite, source="my.toml")
+    assert err.value.source == "my.toml: mapping[0].params" and err.value.field == "tie_break"
+
+
+@pytest.mark.parametrize("blocked,gone,kept", [
+    (("ortools",), {"mapping/cpsat", "gradcode/cpsat", "rollout/cpsat"}, {"mapping/heft", "mapping/milp", "rollout/cgp"}),
+    (("pulp", "highspy"), {"mapping/milp", "gradcode/milp"}, {"mapping/cpsat", "mapping/heft", "gradcode/fr"}),
+    (("pymoo",), {"mapping/nsga2"}, {"mapping/heft", "mapping/cpsat"}),
+])
+def test_a_missing_library_disables_only_its_solvers(blocked, gone, kept):
+    """In a fresh interpreter where ``blocked`` cannot be imported: the registries load, the
+    solvers needing it are unavailable (with the reason), the others still solve."""
+    script = textwrap.dedent(f"""
+        import sys, json
+        for name in {blocked!r}:
+            sys.modules[name] = None            # import of it raises ImportError
+        import pipeplan
+        from pipeplan.core.registry import solvers
+        from pipeplan.instances.catalog import load_mapping
+        state = {{f"{{s.kind}}/{{s.name}}": s.available() for s in solvers()}}
+        heft = pipeplan.solve(load_mapping("khadas-vim3/SqueezeV1"), "heft")
+        print(json.dumps({{"state": state, "heft": heft.termination.value}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in gone:
+        ok, why = out["state"][name]
+        assert not ok and any(b in why for b in blocked), (name, why)
+    for name in kept:
+        assert out["state"][name][0], name
+    assert out["heft"] == "completed"

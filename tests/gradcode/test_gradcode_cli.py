@@ -1,0 +1,79 @@
+"""``pipeplan gradcode`` run as a user runs it: outputs, and one-line errors with exit 2 and no
+output file on bad input."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import assert_input_error, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, cwd=None):
+    return run_cli("gradcode", *args, cwd=cwd)
+
+
+def test_place_writes_support_b_and_schedule_and_verify_reads_it(tmp_path):
+    out = tmp_path / "pgc.json"
+    proc = cli("place", "--scheme", "pgc-cr", "--n", 6, "--s", 2, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["support"]) == 6 and len(doc["B"][0]) == 6
+    assert len(doc["schedule"]) == 3 and all(len(row) == 6 for row in doc["schedule"])
+    v = cli("verify", "--code", out, "--json")
+    assert v.returncode == 0, v.stderr
+    got = json.loads(v.stdout)
+    assert got["decodable"] is True and got["sets_checked"] == 15
+    assert got["worst_residual"] < 1e-9 and got["worst_condition"] >= 1
+
+
+def test_place_solver_and_verify_scheme_exit_status(tmp_path):
+    out = tmp_path / "solver.json"
+    proc = cli("place", "--scheme", "solver", "--instance", "gradcode/hetero-n12-s1", "--objective", "worst",
+               "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["solve"]["termination"] == "optimal" and doc["decoder"] == "groups"
+    linear = cli("verify", "--scheme", "pgc-cr", "--decoder", "linear", "--n", 12, "--s", 2, "--json")
+    assert linear.returncode == 1 and json.loads(linear.stdout)["decodable"] is False
+
+
+def test_simulate_and_train_print_json(tmp_path):
+    hist = tmp_path / "hist.csv"
+    sim = cli("simulate", "--scheme", "pgc-fr", "--n", 12, "--s", 2, "--steps", 5000, "--mean", 2, "--json", "--out", hist)
+    assert sim.returncode == 0, sim.stderr
+    doc = json.loads(sim.stdout)
+    assert doc["steps"] == 5000 and doc["p50_step_s"] >= 0.5 and doc["straggler"]["mean_s"] == 2.0
+    rows = hist.read_text().splitlines()
+    assert rows[0] == "step_s_from,step_s_to,steps" and sum(int(r.split(",")[2]) for r in rows[1:]) == 5000
+    tr = cli("train", "--scheme", "pgc-fr", "--n", 12, "--s", 1, "--steps", 30, "--target-loss", 0.5)
+    assert tr.returncode == 0, tr.stderr
+    doc = json.loads(tr.stdout)
+    assert doc["backend"] == "sim" and doc["steps_to_target"] is not None and doc["final_loss"] < 0.5
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("place", "--scheme", "fr", "--n", 4, "--s", 4), ("--s", "s = 4")),
+    (("place", "--scheme", "fr", "--n", 10, "--s", 2), ("FR needs (s+1) | n",)),
+    (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--trace", "no/such.csv"), ("cannot read delay trace",)),
+    (("place", "--scheme", "nope", "--n", 4, "--s", 1), ("unknown scheme",)),
+])
+def test_bad_options(args, needles, tmp_path):
+    out = tmp_path / "never.json"
+    assert_input_error(cli(*args, *(["--out", out] if args[0] == "place" else [])), *needles)
+    assert not out.exists()
+
+
+def test_bad_files(tmp_path):
+    thin = tmp_path / "thin.json"
+    thin.write_text(json.dumps({"support": [[1, 1, 0], [0, 1, 1], [0, 0, 1]], "s": 1}))
+    assert_input_error(cli("verify", "--code", thin), "partition 0 is stored on 1 worker(s), fewer than s+1 = 2")
+    neg = tmp_path / "neg.json"
+    neg.write_text(json.dumps({"n": 4, "s": 1, "speeds": [1, -1, 1, 1]}))
+    assert_input_error(cli("simulate", "--scheme", "fr", "--instance", neg), "speeds[1]", "positive")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("0.1,zz\n")
+    out = tmp_path / "run.json"
+    assert_input_error(cli("train", "--scheme", "fr", "--n", 2, "--s", 1, "--trace", trace, "--out", out), "not a number")
+    assert not out.exists()

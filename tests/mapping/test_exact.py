@@ -1,0 +1,92 @@
+"""Every exact mapping solver in the registry against brute-force optima on the tiny catalogue;
+heuristics never beat a proven optimum; exact fronts equal the brute-force fronts."""
+import pytest
+
+import pipeplan
+from pipeplan.core.registry import solvers
+from pipeplan.core.result import Quality, Termination
+from pipeplan.formulations.mapping import brute_force
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.plan import plan_from_dict
+from pipeplan.instances.tiny import tiny_catalogue
+from pipeplan.solvers.mapping.exact_front import exact_front
+
+CATALOGUE = tiny_catalogue()
+from pipeplan.core.vocabulary import MAPPING_KEYS as KEY
+
+# the exact models work in whole microseconds / nanojoules; the catalogue's times are whole us
+TOL = 1e-6
+
+
+@pytest.fixture(scope="module")
+def optima():
+    return {p.name: {o: brute_force.optimum(p, o) for o in KEY} for p in CATALOGUE}
+
+
+def test_registry_has_two_exact_backends():
+    assert {"cpsat", "milp"} <= {s.name for s in solvers("mapping") if s.exact}
+
+
+@pytest.mark.solvers("mapping", exact=True)
+@pytest.mark.parametrize("problem", CATALOGUE, ids=lambda p: p.name)
+@pytest.mark.parametrize("objective", list(KEY))
+def test_exact_solver_reaches_brute_force_optimum(solver, problem, objective, optima):
+    r = pipeplan.solve(problem, solver, objective=objective, time_limit=30, threads=1)
+    assert r.termination is Termination.OPTIMAL and r.quality is Quality.PROVEN_OPTIMAL, r.message
+    assert r.objectives[KEY[objective]] == pytest.approx(optima[problem.name][objective], rel=TOL, abs=1e-6)
+    assert evaluate(problem, plan_from_dict(r.plan)).objectives() == r.objectives
+
+
+@pytest.mark.solvers("mapping", exact=False)
+@pytest.mark.parametrize("problem", CATALOGUE, ids=lambda p: p.name)
+def test_heuristics_never_beat_the_proven_optimum(solver, problem, optima):
+    # NSGA-II exhausts a tiny instance's few plans in its first generations and then runs to its
+    # limit (pymoo re-mates to avoid duplicates); 5 s is ample and keeps the suite short
+    r = pipeplan.solve(problem, solver, seed=0, time_limit=5)
+    assert r.plan is not None, r.message
+    for objective, key in KEY.items():
+        assert r.objectives[key] >= optima[problem.name][objective] - 1e-9
+    assert evaluate(problem, plan_from_dict(r.plan)).objectives() == r.objectives
+
+
+@pytest.mark.solvers("mapping", exact=True)
+def test_epsilon_bound_below_optimum_is_infeasible(solver, optima):
+    p = CATALOGUE[1]
+    r = pipeplan.solve(p, solver, objective="period",
+                       bounds={"latency_ms": optima[p.name]["latency"] * 0.98}, time_limit=20)
+    assert r.termination is Termination.INFEASIBLE and r.plan is None and r.message
+
+
+@pytest.mark.solvers("mapping", exact=True)
+def test_epsilon_bound_is_respected(solver, optima):
+    p = CATALOGUE[2]
+    cap = optima[p.name]["latency"] * 1.2
+    r = pipeplan.solve(p, solver, objective="period", bounds={"latency_ms": cap}, time_limit=20)
+    assert r.objectives["latency_ms"] <= cap + 1e-3
+    feasible = [ev.period_ms for ev, _ in brute_force.scored_plans(p) if ev.latency_ms <= cap]
+    assert r.objectives["period_ms"] == pytest.approx(min(feasible), rel=TOL)
+
+
+@pytest.mark.parametrize("problem", CATALOGUE[:4], ids=lambda p: p.name)
+def test_cpsat_shared_pus_matches_brute_force(problem):
+    r = pipeplan.solve(problem, "cpsat", shared_pus=True, time_limit=20)
+    expected = brute_force.optimum(problem, "period", shared_pus=True, max_stages=len(problem.pu_names) + 1)
+    assert r.objectives["period_ms"] == pytest.approx(expected, rel=TOL)
+
+
+@pytest.mark.parametrize("problem", CATALOGUE, ids=lambda p: p.name)
+@pytest.mark.parametrize("axes", [("period", "latency"), ("period", "energy")])
+def test_exact_front_equals_brute_force_front(problem, axes):
+    front = exact_front(problem, *axes, time_limit=60)
+    assert front["complete"] and all(p["proven"] for p in front["points"])
+    got = [(round(p["objectives"][KEY[axes[0]]], 6), round(p["objectives"][KEY[axes[1]]], 6)) for p in front["points"]]
+    want = [(round(a, 6), round(b, 6)) for a, b in brute_force.pareto_front(problem, *axes)]
+    assert got == want
+
+
+def test_tie_break_picks_the_best_latency_among_min_period_plans(optima):
+    p = CATALOGUE[4]
+    r = pipeplan.solve(p, "cpsat", objective="period", time_limit=20)
+    best = min(ev.latency_ms for ev, _ in brute_force.scored_plans(p)
+               if abs(ev.period_ms - optima[p.name]["period"]) < 1e-9)
+    assert r.objectives["latency_ms"] == pytest.approx(best, rel=TOL)

@@ -1,0 +1,106 @@
+"""The evaluator's rules against the measured whole-network runs on the Khadas VIM3.
+
+Every measured run whose mapping the block profiles can express is predicted by the one
+evaluator and compared with the measurement: pipelined period, latency and energy within 10%.
+Runs outside the model's domain are marked with the reason; the few known misses inside it
+are strict xfails (if the model starts matching them, the test says so).
+"""
+import pytest
+
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.frequencies import plan_for
+from pipeplan.instances.catalog import load_mapping
+from pipeplan.instances.khadas_measured import measured_runs
+
+RUNS = measured_runs()
+TOL = 0.10
+
+# Whole network on the NPU: the board then runs one compiled NPU graph, which the per-block NPU
+# measurements (each block a separate NPU graph, 53 ms summed) cannot express (16 ms measured).
+FUSED_NPU = "whole network as one NPU graph: per-block NPU profiles do not add up to it"
+# Google/Alex were never profiled per block on the NPU.
+NO_NPU_PROFILE = "no per-block NPU measurements for this network"
+# NPU segments in the middle of a mapping need NPU<->CPU transfers, which were never measured.
+NPU_TRANSFERS = "needs unmeasured NPU<->CPU transfers"
+# Energy of sustained whole-network runs at the top frequencies of the big cluster and of the
+# Para-Pipe pipelined campaign sits 11-15% above the per-block power measurements (the
+# single-stage runs of the same campaign miss by as much, so no pipelining rule can explain it).
+CAMPAIGN_POWER = "whole-run board power 11-15% above the per-block power measurements"
+# The same run measured twice differs by 8% (GGGGGGGGGGGGGG 'max' vs '4.7': 124.8 vs 134.6 ms).
+REPEAT_SPREAD = "repeat measurement of the same run differs by 8%"
+# GPU then NPU: the NPU part of the pipeline overlaps its launch with the GPU stage.
+GPU_NPU_OVERLAP = "GPU->NPU pipeline overlaps the NPU launch with the GPU stage"
+
+KNOWN = {
+    ("MobileV1", "NNNNNNNNNNNNNN"): FUSED_NPU,
+    ("Google", "NNNNNNNNNNN"): NO_NPU_PROFILE,
+    ("Alex", "NNNNNNNN"): NO_NPU_PROFILE,
+    ("MobileV1", "BBLLLLLNNNBNNN"): NPU_TRANSFERS,
+    ("MobileV1", "GLLLLLLNNNBNNN"): NPU_TRANSFERS,
+}
+KNOWN_METRIC = {
+    ("Google-parapipe", "GGGGBBBBBBG", "max", "energy"): CAMPAIGN_POWER,
+    ("Google-parapipe", "GGGGBBBBBBB", "max", "energy"): CAMPAIGN_POWER,
+    ("Google-parapipe", "BBBBBBBBBBB", "max", "energy"): CAMPAIGN_POWER,
+    ("MobileV1", "BBBBBBBBBBBBBB", "max", "energy"): CAMPAIGN_POWER,
+    ("MobileV1", "BBBBBBBBBBBBBB", ",".join(["6"] * 14), "energy"): CAMPAIGN_POWER,
+    ("MobileV1", "BBBBBBBBBBBBBB", ",".join(["7"] * 14), "energy"): CAMPAIGN_POWER,
+    ("MobileV1", "BBNNNNNNNNNNNN", "7,7,7,1,2,0,2,3,2,3,2,5,7,7", "energy"): CAMPAIGN_POWER,
+    ("MobileV1", "GGGGGGGGGGGGGG", "max", "period"): REPEAT_SPREAD,
+    ("MobileV1", "GGGGGGGGGGGGGG", "max", "latency"): REPEAT_SPREAD,
+    ("MobileV1", "GGNNNNNNNNNNNN", "4.7,4.7,7,7,7,7,7,7,7,7,7,7,7,7", "period"): GPU_NPU_OVERLAP,
+    ("MobileV1", "GGNNNNNNNNNNNN", "4.7,4.7,7,7,1,1,1,1,1,1,1,1,7,7", "period"): GPU_NPU_OVERLAP,
+}
+
+
+def _params():
+    out = []
+    for run in RUNS:
+        graph = run.instance.split("/")[-1]
+        for metric in ("period", "latency", "energy"):
+            # out-of-domain runs may land inside 10% by chance (not strict); known misses are strict
+            domain = KNOWN.get((graph, run.mapping))
+            miss = KNOWN_METRIC.get((graph, run.mapping, run.freq, metric))
+            marks = ([pytest.mark.xfail(reason=domain, strict=False)] if domain
+                     else [pytest.mark.xfail(reason=miss, strict=True)] if miss else [])
+            out.append(pytest.param(run, metric, id=f"{run.label}:{metric}", marks=marks))
+    return out
+
+
+def _predict(run):
+    problem = load_mapping(run.instance)
+    return evaluate(problem, plan_for(problem, run.mapping, run.mode, run.freq, source="evaluations.csv"))
+
+
+@pytest.mark.parametrize("run,metric", _params())
+def test_measured_run_within_10_percent(run, metric):
+    ev = _predict(run)
+    predicted = {"period": ev.period_ms, "latency": ev.latency_ms, "energy": ev.energy_mj}[metric]
+    measured = {"period": run.period_ms, "latency": run.latency_ms, "energy": run.energy_mj}[metric]
+    assert abs(predicted / measured - 1) <= TOL, f"{metric}: predicted {predicted:.1f}, measured {measured:.1f}"
+
+
+def test_googlenet_pipelined_headline():
+    """design.md: GoogLeNet GGGGBBBBBBG measured a 58.0 ms period and 113.2 ms latency."""
+    run = next(r for r in RUNS if r.instance.endswith("Google-parapipe") and r.mapping == "GGGGBBBBBBG")
+    ev = _predict(run)
+    assert ev.period_ms == pytest.approx(58.0, rel=0.03)
+    assert ev.latency_ms == pytest.approx(113.2, rel=0.03)
+    # the first stage (input + blocks 0-3 on the GPU) sets the period
+    assert ev.stage_times_ms.index(max(ev.stage_times_ms)) == 0
+
+
+def test_in_domain_fit_summary():
+    """Median error over every in-domain run and metric stays small (the model is not
+    just inside 10% by luck on a few rows)."""
+    errors = []
+    for run in RUNS:
+        if (run.instance.split("/")[-1], run.mapping) in KNOWN:
+            continue
+        ev = _predict(run)
+        errors += [abs(ev.period_ms / run.period_ms - 1), abs(ev.latency_ms / run.latency_ms - 1),
+                   abs(ev.energy_mj / run.energy_mj - 1)]
+    errors.sort()
+    assert len(errors) >= 3 * 80
+    assert errors[len(errors) // 2] < 0.04
+    assert sum(e <= TOL for e in errors) / len(errors) > 0.95

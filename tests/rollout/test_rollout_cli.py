@@ -1,0 +1,73 @@
+"""``pipeplan rollout`` as a user runs it: outputs, files, and one-line errors on bad input."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import assert_input_error, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, cwd=None):
+    return run_cli("rollout", *args, cwd=cwd)
+
+
+def test_simulate_prints_checked_metrics_and_writes_schedule_and_gantt(tmp_path):
+    proc = cli("simulate", "rollout/lsat-ar-R32", "--policy", "fgd-soft", "--out", tmp_path / "s.json",
+               "--gantt", tmp_path / "g.png")
+    assert proc.returncode == 0, proc.stderr
+    assert "checker: ok" in proc.stdout and "train end" in proc.stdout
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert len(doc["requests"]) == 256 and doc["violations"] == [] and len(doc["updates"]) == 16
+    assert (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_reproduce_json_prints_one_record_per_setting(tmp_path):
+    proc = cli("reproduce", "--json", "--seeds", "1", "--no-sensitivity", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(records) == 12
+    assert {(r["workload"], r["R"]) for r in records} == {(w, R) for w in ("lsat-ar", "sci-xw", "sci-jl", "olyphys")
+                                                         for R in (32, 64, 96)}
+    for r in records:
+        assert {"workload", "R", "end_time_reduction", "waiting_ratio_reduction", "baseline_waiting_ratio"} <= r.keys()
+        assert 0 < r["end_time_reduction"] < 1 and 0 < r["waiting_ratio_reduction"] < 1
+    assert {p.name for p in tmp_path.iterdir()} >= {"reproduction.md", "reproduction.csv", "gantt_sync.png",
+                                                     "gantt_cgp-fgd.png"}
+
+
+def test_compare_and_optimum_on_a_tiny_round(tmp_path):
+    proc = cli("optimum", "rollout/tiny-1", "--time-limit", "10", "--threads", "1", "--out", tmp_path / "opt.json")
+    assert proc.returncode == 0, proc.stderr
+    assert "cpsat: optimal/proven_optimal train end 18.125 s" in proc.stdout and "ratio to optimum" in proc.stdout
+    assert json.loads((tmp_path / "opt.json").read_text())["schema"] == "pipeplan.result/1"
+    proc = cli("compare", "rollout/tiny-1", "--policies", "sync,cgp", "--out", tmp_path)
+    assert proc.returncode == 0 and "ratio to lower bound (bound, not optimum)" in proc.stdout
+    assert (tmp_path / "compare.csv").exists()
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("simulate", "--workload", "lsat-ar", "--R", "1"), ("R = 1 groups is fewer than U = 2",)),
+    (("simulate", "--workload", "lsat-ar", "--K", "0"), ("K", "at least 1")),
+    (("simulate", "--workload", "gsm8k"), ("unknown workload preset",)),
+    (("simulate", "--workload", "lsat-ar", "--kv-capacity", "5000"), ("cannot hold one request",)),
+    (("simulate", "--workload", "lsat-ar", "--policy", "magic"), ("unknown rollout solver",)),
+    (("reproduce", "--jitter", "1", "--max-response", "0"), ("max_response_tokens",)),
+    (("sweep", "--workload", "gsm8k"), ("unknown workload preset",)),
+    (("sweep", "--rhos", "1,-2"), ("--rhos",)),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
+    proc = cli(*args, "--out", tmp_path / "out" / "x.json" if args[0] == "simulate" else tmp_path / "out")
+    assert_input_error(proc, *needles)
+    assert not (tmp_path / "out").exists()
+
+
+def test_trace_with_a_negative_length_is_rejected(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("prompt_id,sample_id,response_tokens\na,0,10\na,1,-1\nb,0,3\nb,1,4\n")
+    proc = cli("simulate", "--trace", f, "--out", tmp_path / "s.json")
+    assert_input_error(proc, "t.csv", "line 3: response_tokens")
+    assert not (tmp_path / "s.json").exists()
+    f.write_text("prompt_id,sample_id,response_tokens\na,0,10\na,1,\nb,0,3\nb,1,4\n")
+    assert_input_error(cli("simulate", "--trace", f), "line 3: response_tokens: missing")

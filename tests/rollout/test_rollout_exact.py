@@ -1,0 +1,73 @@
+"""The offline optimum: CP-SAT against brute force on tiny rounds (linear engine, where the
+fixed-duration model is the simulator), no policy beating a proven optimum, and the replay
+of CP-SAT's plan reproducing its objective."""
+import pytest
+
+import pipeplan
+from pipeplan.core.result import Quality, Termination
+from pipeplan.formulations.rollout import brute_force
+from pipeplan.formulations.rollout.checker import check
+from pipeplan.formulations.rollout.fixed_model import (
+    best_trainer,
+    completions,
+    fixed_model,
+    list_schedule,
+    serial_schedule,
+)
+from pipeplan.formulations.rollout.replay import replay
+from pipeplan.instances.rollout import TINY, tiny_instance
+from pipeplan.solvers.rollout.online import POLICIES
+from tests.rollout_helpers import small_round
+
+TINIES = [tiny_instance(k) for k in range(TINY)]
+
+
+@pytest.fixture(scope="module")
+def optima():
+    return {p.name: brute_force.optimum(p)[0] for p in TINIES}
+
+
+@pytest.mark.solvers("rollout", exact=True)
+@pytest.mark.parametrize("problem", TINIES, ids=lambda p: p.name)
+def test_exact_solver_reaches_the_brute_force_optimum(solver, problem, optima):
+    r = pipeplan.solve(problem, solver, time_limit=20, threads=1)
+    assert r.termination is Termination.OPTIMAL and r.quality is Quality.PROVEN_OPTIMAL, r.message
+    assert r.objectives["train_end_s"] == pytest.approx(optima[problem.name], abs=1e-9)
+    assert r.bound["train_end_s"] == pytest.approx(optima[problem.name], abs=1e-9) and r.gap == pytest.approx(0, abs=1e-12)
+    s = replay(problem, r.plan)
+    assert check(problem, s) == [] and s.metrics() == pytest.approx(r.objectives)
+
+
+@pytest.mark.parametrize("problem", TINIES, ids=lambda p: p.name)
+def test_no_policy_beats_the_optimum_and_some_are_worse(problem, optima):
+    ends = {q: pipeplan.solve(problem, q).objectives["train_end_s"] for q in POLICIES}
+    assert min(ends.values()) >= optima[problem.name] - 1e-9
+    assert ends["sync"] > optima[problem.name] or problem.name == "rollout/tiny-2"
+
+
+def test_a_tiny_optimum_by_hand():
+    # one slot, two groups of one request (3 and 1 steps of 1 s), U = 1, every update 1 s + tokens
+    p = small_round([[3], [1]], prompts=[1, 1], seqs=1, c0=1.0, per_token=0.0, optimizer=2.0, U=1)
+    # short first: group 1 done at 1 s, trains 1-3.1; group 0 done at 4 s, trains 4-6.1
+    value, starts, batches = brute_force.optimum(p)
+    assert value == pytest.approx(6.1) and starts == [1.0, 0.0] and batches == [[1], [0]]
+    assert pipeplan.solve(p, "cpsat", time_limit=10).objectives["train_end_s"] == pytest.approx(6.1)
+
+
+def test_serial_schedule_never_starts_later_than_a_list_schedule_of_the_same_order():
+    p = TINIES[1]
+    m = fixed_model(p)
+    order = sorted(range(p.n_requests), key=lambda i: -p.lengths[i])
+    serial, listed = serial_schedule(m, order), list_schedule(m, order)
+    assert all(a <= b + 1e-12 for a, b in zip(serial, listed))
+    assert best_trainer(p, completions(p, m, serial))[0] <= best_trainer(p, completions(p, m, listed))[0] + 1e-12
+
+
+def test_cpsat_on_a_realistic_engine_is_feasible_and_rescored():
+    from pipeplan.formulations.rollout.workloads import preset_round
+    p = preset_round("sci-jl", 4, seed=3)
+    r = pipeplan.solve(p, "cpsat", time_limit=10, threads=1)
+    assert r.quality is Quality.FEASIBLE and r.params["model_exact"] is False, r.message
+    s = replay(p, r.plan)
+    assert check(p, s) == [] and s.metrics() == pytest.approx(r.objectives)
+    assert r.objectives["train_end_s"] >= r.bound["train_end_s"]

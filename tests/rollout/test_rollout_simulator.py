@@ -1,0 +1,176 @@
+"""The rollout simulator and its checker: invariants on random rounds under every policy,
+hand-checked timings, replay of plans, and the checker catching broken schedules."""
+import copy
+import dataclasses
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pipeplan
+from pipeplan.core.registry import solvers
+from pipeplan.formulations.rollout.bounds import (
+    earliest_completions,
+    train_end_lower_bound,
+)
+from pipeplan.formulations.rollout.checker import check
+from pipeplan.formulations.rollout.replay import replay
+from pipeplan.formulations.rollout.schedule import Update
+from pipeplan.formulations.rollout.simulator import decode_time, simulate, steps_until
+from pipeplan.formulations.rollout.workloads import preset_round
+from pipeplan.solvers.rollout.online import POLICIES, make_policy
+from tests.rollout_helpers import small_round
+
+ONLINE = [s.name for s in solvers("rollout") if not s.exact]
+
+
+def test_registry_has_every_policy_and_the_offline_solver():
+    assert set(POLICIES) == set(ONLINE)
+    assert {"sync", "cgp", "fgd-hard", "fgd-soft", "fifo", "longest-first", "shortest-first", "deadline"} <= set(ONLINE)
+    assert [s.name for s in solvers("rollout") if s.exact] == ["cpsat"]
+
+
+def test_closed_form_decode_time_is_the_sum_of_its_steps():
+    eng = small_round([[3]], c0=0.01, c1=0.002, c2=1e-4).engine
+    b, kv0 = 5, 123
+    by_step = sum(eng.step_time(b, kv0 + b * j) for j in range(17))
+    assert decode_time(eng, b, kv0, 17) == pytest.approx(by_step, rel=1e-12)
+    for dt in (0.001, 0.05, 0.3, 1.7):
+        g = steps_until(eng, b, kv0, dt)
+        assert decode_time(eng, b, kv0, g) >= dt - 1e-9 and (g == 1 or decode_time(eng, b, kv0, g - 1) < dt)
+
+
+def test_two_requests_by_hand():
+    # one slot: request 0 (4 tokens) then request 1 (2 tokens); 1 s per step, prefill 0.5 s
+    p = small_round([[4], [2]], seqs=1, c0=1.0, prefill=0.5, per_token=0.25, optimizer=1.0, U=1)
+    s = simulate(p, make_policy("cgp"))
+    assert s.admit_s == [0.0, 4.5] and s.finish_s == [4.5, 7.0]
+    # update of group 0: 6 tokens x 0.25 + 1 micro-batch x 0.1 + 1.0 = 2.6 s
+    assert [(u.groups, u.start_s, u.end_s) for u in s.updates] == [((0,), 4.5, pytest.approx(7.1)),
+                                                                   ((1,), pytest.approx(7.1), pytest.approx(7.1 + 2.1))]
+    m = s.metrics()
+    assert m["first_dispatch_s"] == 4.5 and m["train_end_s"] == pytest.approx(9.2)
+    assert m["waiting_ratio"] == pytest.approx((9.2 - 4.7) / 9.2)
+    sync = simulate(p, make_policy("sync")).metrics()
+    assert sync["first_dispatch_s"] == sync["rollout_makespan_s"] == 7.0
+
+
+@st.composite
+def rounds(draw):
+    R, K = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    responses = [[draw(st.integers(0, 30)) for _ in range(K)] for _ in range(R)]
+    prompts = [draw(st.integers(1, 10)) for _ in range(R)]
+    mode = draw(st.sampled_from(["reserve", "on_demand"]))
+    need = max(prompts) + max(max(r) for r in responses)
+    cap = need + draw(st.integers(0, 60))
+    arrival = draw(st.permutations(range(R * K)))
+    return small_round(responses, prompts, seqs=draw(st.integers(1, 6)), cap=cap,
+                       c0=draw(st.sampled_from([0.01, 0.02])), c1=draw(st.sampled_from([0.0, 0.001])),
+                       c2=draw(st.sampled_from([0.0, 1e-4])), prefill=draw(st.sampled_from([0.0, 0.003])),
+                       kv_mode=mode, U=draw(st.integers(1, R)), arrival=arrival,
+                       reserve_ratio_decay_steps=draw(st.sampled_from([1, 600])),
+                       retract_headroom_steps=draw(st.sampled_from([1, 20])))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds(), st.sampled_from(sorted(POLICIES)))
+def test_every_policy_keeps_every_invariant_and_replays_exactly(problem, policy):
+    s = simulate(problem, make_policy(policy))
+    assert check(problem, s) == []        # capacity, once-only finishes, complete groups, on-policy
+    again = replay(problem, s.plan())
+    assert again.metrics() == pytest.approx(s.metrics(), rel=1e-9, abs=1e-9)
+    assert s.metrics()["train_end_s"] >= train_end_lower_bound(problem) - 1e-9
+    # the c-th group to complete does so no sooner than any c groups can
+    for done, bound in zip(sorted(s.group_complete_s), earliest_completions(problem)):
+        assert done >= bound - 1e-9
+
+
+def test_on_demand_engine_retracts_and_stays_within_capacity():
+    p = preset_round("sci-xw", 64, seed=0)
+    s = simulate(p, make_policy("cgp"))
+    assert s.retractions > 0
+    assert check(p, s) == []
+    resumed = [x for x in s.segments if x.generated_before > 0]
+    assert resumed and all(not x.finished or x.end_step - x.admit_step == p.lengths[x.request] - x.generated_before
+                           for x in resumed)
+
+
+def test_simulator_is_deterministic_by_seed():
+    a = simulate(preset_round("sci-xw", 32, seed=4), make_policy("fgd-soft"))
+    b = simulate(preset_round("sci-xw", 32, seed=4), make_policy("fgd-soft"))
+    assert a.to_dict() == b.to_dict()
+    c = preset_round("sci-xw", 32, seed=5)
+    assert c.lengths != preset_round("sci-xw", 32, seed=4).lengths
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_solvers_results_are_rescored_by_the_simulator(policy):
+    p = preset_round("lsat-ar", 32, seed=2)
+    r = pipeplan.solve(p, policy)
+    assert r.termination.value == "completed" and r.quality.value == "feasible", r.message
+    s = replay(p, r.plan)
+    assert check(p, s) == []
+    assert s.metrics() == pytest.approx(r.objectives, rel=1e-9)
+    assert r.bound["train_end_s"] <= r.objectives["train_end_s"]
+
+
+def test_hard_gate_admits_only_frontier_groups():
+    p = preset_round("sci-jl", 32, seed=0)
+    F = 3
+    s = simulate(p, make_policy("fgd-hard", frontier=F))
+    assert check(p, s) == []
+    for i, t in s.admissions:
+        unfinished = sorted(g for g in range(p.R) if s.group_complete_s[g] > t + 1e-12)
+        assert i // p.K in unfinished[:F]
+
+
+def test_oracle_orders_are_the_admission_orders():
+    p = small_round([[5, 1, 3], [2, 8, 4]], seqs=2, c0=0.01)
+    for policy, key in (("longest-first", lambda i: -p.lengths[i]), ("shortest-first", lambda i: p.lengths[i])):
+        s = simulate(p, make_policy(policy))
+        assert [i for i, _ in s.admissions] == sorted(range(p.n_requests), key=key)
+
+
+def test_sync_trains_after_the_whole_round_in_prompt_order():
+    p = preset_round("lsat-ar", 32, seed=0)
+    s = simulate(p, make_policy("sync"))
+    assert [u.groups for u in s.updates] == [(2 * j, 2 * j + 1) for j in range(16)]
+    assert s.updates[0].start_s == max(s.finish_s)
+
+
+def _broken(problem, schedule, what):
+    s = copy.deepcopy(schedule)
+    if what == "capacity":
+        seg = s.segments[-1]
+        s.segments[-1] = dataclasses.replace(seg, admit_s=0.0)
+    elif what == "early update":
+        u = s.updates[0]
+        s.updates[0] = Update(u.groups, u.tokens, 0.0, u.end_s - u.start_s)
+    elif what == "publish":
+        s.publish_start_s = s.updates[-1].start_s
+    elif what == "off-policy":
+        s.weight_version[3] = 1
+    elif what == "twice":
+        s.segments.append(dataclasses.replace(s.segments[0]))
+        s.admissions.append(s.admissions[0])
+    elif what == "group eaten twice":
+        u = s.updates[1]
+        s.updates[1] = Update((s.updates[0].groups[0],) + u.groups[1:], u.tokens, u.start_s, u.end_s)
+    return s
+
+
+@pytest.mark.parametrize("what", ["capacity", "early update", "publish", "off-policy", "twice", "group eaten twice"])
+def test_checker_catches_broken_schedules(what):
+    p = small_round([[6, 2], [3, 3], [4, 1]], seqs=2, c0=0.5, U=1)
+    s = simulate(p, make_policy("cgp"))
+    assert check(p, s) == []
+    assert check(p, _broken(p, s, what)) != []
+
+
+def test_lower_bound_holds_for_every_policy_on_presets():
+    for name in ("lsat-ar", "olyphys"):
+        p = preset_round(name, 64)
+        lb = train_end_lower_bound(p)
+        assert all(simulate(p, make_policy(q)).metrics()["train_end_s"] >= lb for q in POLICIES)
+        assert lb > 0 and not math.isnan(lb)

@@ -1,7 +1,7 @@
 """The one cost model of the mapping problem: period, latency and energy of a plan.
 
 Rules, fitted to the whole-network measurements of the Khadas VIM3 board
-(instances/khadas-vim3/evaluations.csv; see tests/test_khadas_fit.py for the fit):
+(instances/khadas-vim3/evaluations.csv; see tests/mapping/test_khadas_fit.py for the fit):
 
 * **Stage time** is the makespan of the stage's schedule for one frame. Units start when their
   PU is free (per-PU order from the plan) and their inputs are there. An input coming from an

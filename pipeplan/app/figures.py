@@ -9,25 +9,28 @@ from pipeplan.core.io import write_atomic
 LABELS = {"period_ms": "period (ms)", "latency_ms": "latency (ms)", "energy_mj": "energy per inference (mJ)"}
 
 
-def _figure():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed); every figure starts here."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
 
 
-def _save(plt, fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """The one way a figure is saved: tight layout, PNG rendered in memory, the figure closed,
+    the file written atomically (a reader never sees half a picture)."""
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    plt.close(fig)
+    pyplot().close(fig)
     return write_atomic(path, buf.getvalue())
 
 
 def pareto_plot(path: Path, title: str, x: str, y: str, *, exact: list[dict] | None = None,
                 approx: dict[str, list[dict]] | None = None, points: dict[str, dict] | None = None) -> Path:
     """``exact``/``approx`` are fronts (lists of objective dicts), ``points`` single solver results."""
-    plt = _figure()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     if exact:
         xs, ys = zip(*sorted((p[x], p[y]) for p in exact))
@@ -47,12 +50,12 @@ def pareto_plot(path: Path, title: str, x: str, y: str, *, exact: list[dict] | N
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return save_figure(fig, path)
 
 
 def bar_chart(path: Path, title: str, groups: dict[str, dict[str, float]], *, ylabel: str) -> Path:
     """Grouped bars: one group per key of ``groups``, one bar per series inside it."""
-    plt = _figure()
+    plt = pyplot()
     series = list(dict.fromkeys(k for g in groups.values() for k in g))
     width = 0.8 / max(1, len(series))
     fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(groups)), 4.4), dpi=120)
@@ -65,13 +68,13 @@ def bar_chart(path: Path, title: str, groups: dict[str, dict[str, float]], *, yl
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    return _save(plt, fig, path)
+    return save_figure(fig, path)
 
 
 def line_plot(path: Path, title: str, series: dict[str, tuple[list[float], list[float]]], *, xlabel: str,
               ylabel: str, logy: bool = False) -> Path:
     """One line per series: ``{name: (xs, ys)}``."""
-    plt = _figure()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     for i, (name, (xs, ys)) in enumerate(series.items()):
         ax.plot(xs, ys, label=name, color=f"C{i}", lw=1.4)
@@ -82,4 +85,4 @@ def line_plot(path: Path, title: str, series: dict[str, tuple[list[float], list[
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return save_figure(fig, path)

@@ -18,6 +18,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from pipeplan.core.tables import cell, markdown_table
+
 SIZES = {"mapping": (200, 2_000, 20_000), "gradcode": (24, 200, 2_000), "rollout": (96, 512, 2_000)}
 SOLVERS = {"mapping": ("cpsat", "milp", "nsga2"), "gradcode": ("cpsat", "milp", "cr"), "rollout": ("cpsat",)}
 PARAMS = {("gradcode", "cr"): {"tries": 10_000}}     # CR's seed search: only the limit stops it
@@ -109,13 +111,14 @@ def report(runs: list[LimitRun], *, cpus: int | None = None, load: tuple[float, 
         "",
         f"**{len(runs) - len(missed)} of {len(runs)} runs meet the goal**; worst wall / allowance {worst:.2f}.",
         "",
-        "| system | solver | size | limit (s) | wall (s) | wall / limit | allowance (s) | meets goal | peak RSS (MB) | termination | gap |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|",
+        *markdown_table(
+            ("system", "solver", "size", "limit (s)", "wall (s)", "wall / limit", "allowance (s)", "meets goal",
+             "peak RSS (MB)", "termination", "gap"),
+            ([r.system, r.solver, f"{r.size:,}", f"{r.limit_s:g}", f"{r.wall_s:.2f}", f"{r.wall_s / r.limit_s:.2f}",
+              f"{r.allowed_s:.1f}", "yes" if r.ok else "**no**", f"{r.peak_rss_mb:.0f}", r.termination,
+              cell(r.gap, ".3f", none="")] for r in runs),
+            align="llrrrrrlrlr"),
     ]
-    for r in runs:
-        gap = "" if r.gap is None else f"{r.gap:.3f}"
-        lines.append(f"| {r.system} | {r.solver} | {r.size:,} | {r.limit_s:g} | {r.wall_s:.2f} | {r.wall_s / r.limit_s:.2f} "
-                     f"| {r.allowed_s:.1f} | {'yes' if r.ok else '**no**'} | {r.peak_rss_mb:.0f} | {r.termination} | {gap} |")
     if missed:
         lines += ["", "## Runs that miss the goal", ""]
         for r in missed:

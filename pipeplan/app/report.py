@@ -8,8 +8,6 @@ front and every solver's plan. Other systems contribute their own sections throu
 """
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,32 +15,22 @@ from pipeplan.app.bench import RECORDS, read_records
 from pipeplan.app.figures import pareto_plot
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json, staged_folder, write_atomic
+from pipeplan.core.tables import cell, csv_text, markdown_table
 
 SUMMARY_COLUMNS = ("system", "instance", "solver", "seed", "termination", "quality", "objective_1",
                    "value_1", "objective_2", "value_2", "objective_3", "value_3", "gap", "wall_time_s", "message")
 
 
-def _fmt(v, digits=2):
-    if v is None:
-        return "-"
-    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
-
-
 def summary_csv(records: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
-    w.writeheader()
+    """One line per run; its first three objectives (by name) in objective_i / value_i."""
+    rows = []
     for r in records:
         row = {k: r.get(k) for k in ("system", "instance", "solver", "seed", "termination", "quality", "gap",
                                       "wall_time_s", "message")}
         for i, (k, v) in enumerate(sorted((r.get("objectives") or {}).items())[:3], start=1):
-            row[f"objective_{i}"], row[f"value_{i}"] = k, f"{v:.6g}" if isinstance(v, float) else v
-        if isinstance(row["gap"], float):
-            row["gap"] = f"{row['gap']:.6g}"
-        if isinstance(row["wall_time_s"], float):
-            row["wall_time_s"] = f"{row['wall_time_s']:.4g}"
-        w.writerow(row)
-    return buf.getvalue()
+            row[f"objective_{i}"], row[f"value_{i}"] = k, v
+        rows.append(row)
+    return csv_text(rows, SUMMARY_COLUMNS, formats={"wall_time_s": ".4g"})
 
 
 def _by_instance(records: list[dict]) -> dict[str, list[dict]]:
@@ -64,11 +52,8 @@ def mapping_section(records: list[dict], out: Path) -> list[str]:
     solvers = list(dict.fromkeys(r["solver"] for r in records))
     lines = ["## Operator mapping: heuristic vs exact", "",
              "Period (ms) per solver and its ratio to the proven optimum (`opt`), or to the best lower "
-             "bound when no exact run proved one (`lb`, flagged); gap and time of the exact runs.", "",
-             "| instance | reference | " + " | ".join(solvers) + " |", "|---|---|" + "---|" * len(solvers)]
-    gaps = ["", "| instance | " + " | ".join(f"{s} gap / time (s) / status" for s in solvers) + " |",
-            "|---|" + "---|" * len(solvers)]
-    plots = []
+             "bound when no exact run proved one (`lb`, flagged); gap and time of the exact runs.", ""]
+    table, gap_table, plots = [], [], []
     for inst, rs in by_inst.items():
         ref, tag = _reference(rs, "period_ms")
         cells, gcells = [], []
@@ -82,9 +67,9 @@ def mapping_section(records: list[dict], out: Path) -> list[str]:
             cells.append(r["termination"] if p is None else
                          f"{p:.1f} (x{p / ref:.3f})" if ref else f"{p:.1f}")
             gap = "-" if r.get("gap") is None else f"{100 * r['gap']:.1f}%"
-            gcells.append(f"{gap} / {_fmt(r.get('wall_time_s'), 1)} / {r['termination']}")
-        lines.append(f"| {inst} | {_fmt(ref)} {tag} | " + " | ".join(cells) + " |")
-        gaps.append(f"| {inst} | " + " | ".join(gcells) + " |")
+            gcells.append(f"{gap} / {cell(r.get('wall_time_s'), '.1f')} / {r['termination']}")
+        table.append([inst, f"{cell(ref)} {tag}", *cells])
+        gap_table.append([inst, *gcells])
         front = next((x["front"] for x in rs if x.get("front")), None)
         if front:
             name = f"pareto_{inst.replace('/', '__')}.png"
@@ -92,9 +77,11 @@ def mapping_section(records: list[dict], out: Path) -> list[str]:
                         approx={"nsga2": front},
                         points={x["solver"]: x["objectives"] for x in rs if x.get("objectives") and not x.get("front")})
             plots.append(f"![{inst}]({name})")
+    lines += markdown_table(("instance", "reference", *solvers), table)
+    lines += ["", *markdown_table(("instance", *(f"{s} gap / time (s) / status" for s in solvers)), gap_table)]
     if plots:
-        gaps += ["", "Pareto plots (NSGA-II front and each solver's plan):", ""] + plots
-    return lines + gaps + [""]
+        lines += ["", "Pareto plots (NSGA-II front and each solver's plan):", ""] + plots
+    return lines + [""]
 
 
 def rollout_section(records: list[dict], out: Path) -> list[str]:
@@ -105,8 +92,8 @@ def rollout_section(records: list[dict], out: Path) -> list[str]:
     policies = list(dict.fromkeys(r["solver"] for r in records))
     lines = ["## Rollout admission: policies vs the offline optimum", "",
              "Trainer finish (s) per policy and its ratio to the CP-SAT optimum (`opt`) or to the best lower "
-             "bound (`lb`, flagged) when none was proven; waiting ratio in parentheses.", "",
-             "| round | reference | " + " | ".join(policies) + " |", "|---|---|" + "---|" * len(policies)]
+             "bound (`lb`, flagged) when none was proven; waiting ratio in parentheses.", ""]
+    table = []
     for inst, rs in by_inst.items():
         ref, tag = _reference(rs, "train_end_s")
         cells = []
@@ -118,7 +105,8 @@ def rollout_section(records: list[dict], out: Path) -> list[str]:
                 continue
             ratio = f" x{o['train_end_s'] / ref:.3f}" if ref else ""
             cells.append(f"{o['train_end_s']:.1f}{ratio} ({100 * o.get('waiting_ratio', 0):.0f}%)")
-        lines.append(f"| {inst} | {_fmt(ref)} {tag} | " + " | ".join(cells) + " |")
+        table.append([inst, f"{cell(ref)} {tag}", *cells])
+    lines += markdown_table(("round", "reference", *policies), table)
     repro = []
     for inst, rs in by_inst.items():
         by = {r["solver"]: r.get("objectives", {}) for r in rs}
@@ -134,12 +122,12 @@ def rollout_section(records: list[dict], out: Path) -> list[str]:
                 row.append(f"{100 * (o['waiting_ratio'] / w0 - 1):+.1f}%" if w0 else "-")
             else:
                 row += ["-", "-"]
-        repro.append("| " + " | ".join(row) + " |")
+        repro.append(row)
     if repro:
         lines += ["", "### Reproduction: change vs the synchronous baseline (paper: end time -30.7% to -42.3%, "
                   "waiting ratio -37% to -76%, baseline waiting 47-52%)", "",
-                  "| round | sync waiting | CGP end time | CGP waiting | CGP+FGD end time | CGP+FGD waiting |",
-                  "|---|---|---|---|---|---|"] + repro
+                  *markdown_table(("round", "sync waiting", "CGP end time", "CGP waiting", "CGP+FGD end time",
+                                   "CGP+FGD waiting"), repro)]
     return lines + [""]
 
 
@@ -153,8 +141,8 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
     lines = ["## Gradient coding: constructions vs the assignment solvers", "",
              "Expected step time (s) per scheme, its ratio to the best expected step time of the instance, and "
              "the worst-case step time; the exact solvers' status. Time-to-target-loss training runs are in "
-             "results/gradcode/ (`pipeplan gradcode study`).", "",
-             "| instance | " + " | ".join(solvers) + " |", "|---|" + "---|" * len(solvers)]
+             "results/gradcode/ (`pipeplan gradcode study`).", ""]
+    table = []
     chart: dict[str, dict[str, float]] = {}
     for inst, rs in by_inst.items():
         values = {r["solver"]: r["objectives"].get("expected_step_s") for r in rs if r.get("objectives")}
@@ -168,9 +156,10 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
                 continue
             worst = r["objectives"].get("worst_step_s")
             tag = "" if r["termination"] in ("completed", "optimal") else f" {r['termination']}"
-            cells.append(f"{v:.3f} (x{v / best:.2f}; worst {_fmt(worst)}){tag}")
-        lines.append(f"| {inst} | " + " | ".join(cells) + " |")
+            cells.append(f"{v:.3f} (x{v / best:.2f}; worst {cell(worst)}){tag}")
+        table.append([inst, *cells])
         chart[inst.split("/", 1)[-1]] = {s: v for s, v in values.items() if v}
+    lines += markdown_table(("instance", *solvers), table)
     if chart:
         bar_chart(out / "gradcode_step_time.png", "Gradient coding: expected step time per scheme", chart,
                   ylabel="expected step time (s)")
@@ -236,15 +225,16 @@ def limits_section(records: list[dict]) -> list[str]:
         return []
     lines = ["## Time limits", "",
              "Longest solve over its limit per solver (the solver call, start-up excluded); "
-             "`at limit`: runs stopped by their limit.", "",
-             "| system | solver | runs | at limit | longest solve / limit | longest overrun (s) |",
-             "|---|---|---|---|---|---|"]
+             "`at limit`: runs stopped by their limit.", ""]
+    table = []
     for (system, solver), rs in sorted(rows.items()):
         worst = max(rs, key=lambda r: r["wall_time_s"] / r["time_limit"])
         over = max(r["wall_time_s"] - r["time_limit"] for r in rs)
         stopped = sum(r["termination"] == "time_limit" for r in rs)
-        lines.append(f"| {system} | {solver} | {len(rs)} | {stopped} | "
-                     f"{worst['wall_time_s'] / worst['time_limit']:.2f} | {max(0.0, over):.2f} |")
+        table.append([system, solver, len(rs), stopped, f"{worst['wall_time_s'] / worst['time_limit']:.2f}",
+                      f"{max(0.0, over):.2f}"])
+    lines += markdown_table(("system", "solver", "runs", "at limit", "longest solve / limit", "longest overrun (s)"),
+                            table)
     return lines + [""]
 
 

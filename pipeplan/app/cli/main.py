@@ -20,7 +20,7 @@ from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError, SolverFailure
 from pipeplan.core.io import staged_folder
 from pipeplan.core.sizes import check_memory
-from pipeplan.core.vocabulary import MAPPING_AXES
+from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
@@ -55,21 +55,27 @@ def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help="m
 
 
 @app.command("solvers")
-def solvers_cmd():
+def solvers_cmd(params: bool = typer.Option(False, "--params", help="also list each solver's parameters "
+                                                                    "(name=default, allowed values)")):
     """List the registered solvers and whether they are available here."""
-    from pipeplan.core.registry import solvers
+    from pipeplan.core.registry import COMMON, solvers
     for s in solvers():
         ok, why = s.available()
         kind = "exact" if s.exact else "heuristic"
         typer.echo(f"{s.kind:10s} {s.name:14s} {kind:9s} {'available' if ok else 'unavailable: ' + why:12s}  {s.description}")
+        if params:
+            common = [c for c in COMMON if c in s.params]
+            own = [p.describe() for p in s.own_params().values()]
+            typer.echo(f"{'':25s}takes: {', '.join(common) or '-'}; parameters: {', '.join(own) or 'none'}")
 
 
 def _parse_bounds(items: list[str]) -> dict[str, float]:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or key not in ("period_ms", "latency_ms", "energy_mj"):
-            raise InputError("--bound", "", f"expected period_ms=X, latency_ms=X or energy_mj=X, got {item!r}")
+        if not sep or key not in MAPPING_KEYS.values():
+            raise InputError("--bound", "", f"expected {', '.join(k + '=X' for k in MAPPING_KEYS.values())}, "
+                                            f"got {item!r}")
         try:
             out[key] = float(value)
         except ValueError:

@@ -11,8 +11,6 @@ the export folder <solver>/ and <solver>.run.json. The table goes to ``out/deplo
 """
 from __future__ import annotations
 
-import csv
-import io
 import platform as host_platform
 import statistics
 from collections.abc import Callable
@@ -25,12 +23,14 @@ import pipeplan
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import write_atomic, write_json
 from pipeplan.core.registry import get_solver
+from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.export import export_plan
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
-from pipeplan.instances.catalog import PLATFORMS_DIR, load_mapping
+from pipeplan.instances.catalog import load_mapping
+from pipeplan.instances.paths import PLATFORMS_DIR
 from pipeplan.profiles.ort_profiler import profile_host
 
 HOST_PUS = ("C0", "C1")
@@ -116,7 +116,7 @@ def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFA
     if progress:
         progress(step, total, "writing tables")
     md = _markdown(rows, frames=frames, runs=runs, command=command)
-    write_atomic(out / "deploy.csv", _csv(rows))
+    write_atomic(out / "deploy.csv", csv_text(rows, COLUMNS, float_format=".4f"))
     write_atomic(out / "deploy.md", md)
     return md
 
@@ -149,21 +149,6 @@ def _one_solver(problem: MappingProblem, model: str, solver: str, folder: Path, 
     return row
 
 
-def _cell(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.2f}"
-    return "" if v is None else str(v)
-
-
-def _csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{r[k]:.4f}" if isinstance(r.get(k), float) else r.get(k, "")) for k in COLUMNS})
-    return buf.getvalue()
-
-
 def _markdown(rows: list[dict], *, frames: int, runs: int, command: str) -> str:
     shown = ("model", "solver", "stages", "groups", "predicted_period_ms", "measured_period_ms", "period_ratio",
              "predicted_latency_ms", "measured_latency_ms", "latency_ms_p90", "latency_ratio", "busy_C0",
@@ -178,9 +163,7 @@ def _markdown(rows: list[dict], *, frames: int, runs: int, command: str) -> str:
              f"core (C0 -> CPU 0, C1 -> CPU 1), {frames} frames per plan. Ratios are measured / predicted. "
              "busy = a PU's time inside ONNX Runtime calls / wall time. outputs_match: every frame's outputs "
              "equal those of the unsplit model (rtol 1e-4, atol 1e-5).", "",
-             "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    for r in rows:
-        lines.append("| " + " | ".join(_cell(r.get(k)) for k in shown) + " |")
+             *markdown_table(shown, ([cell(r.get(k), none="") for k in shown] for r in rows))]
     measured = [r for r in rows if r["plan"] is not None]
     if measured:
         period = statistics.median(abs(r["period_ratio"] - 1) for r in measured) * 100

@@ -11,8 +11,6 @@
 """
 from __future__ import annotations
 
-import csv
-import io
 import platform
 import time
 from datetime import datetime, timezone
@@ -21,7 +19,9 @@ from pathlib import Path
 import numpy as np
 
 import pipeplan
+from pipeplan.app.figures import pyplot, save_figure
 from pipeplan.core.io import write_atomic
+from pipeplan.core.tables import cell, csv_text, markdown_table
 
 # Target training losses: what full-gradient descent (uncoded) reaches after about 85-90 steps
 # with the default learning rates (softmax 2.0, MLP 1.0); chosen here, not from the paper.
@@ -41,21 +41,8 @@ def _code(scheme: str, n: int, s: int):
     return build(scheme, n, s)
 
 
-def _csv(rows: list[dict], columns: list[str]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns)
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)) for k, v in r.items()
-                    if k in columns})
-    return buf.getvalue()
-
-
 def _plot(path: Path, title: str, runs: dict, target: float) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(11, 4.2), dpi=110)
     for i, (name, run) in enumerate(runs.items()):
         style = "-" if name.startswith("pgc") else "--"
         a1.plot(run.loss, style, color=f"C{i}", lw=1.2, label=name)
@@ -71,11 +58,7 @@ def _plot(path: Path, title: str, runs: dict, target: float) -> None:
     a2.set_ylim(max(low * 0.8, 1e-3), 3.0)
     a2.legend(fontsize=7, ncol=2)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    save_figure(fig, path)
 
 
 def training_study(out: Path, *, steps: int, models: list[str], s_values, means, progress=None) -> tuple[list[dict], list[dict]]:
@@ -161,10 +144,6 @@ def perf_benchmarks() -> dict:
     return out
 
 
-def _fmt(v, digits=3):
-    return "-" if v is None else f"{v:.{digits}g}" if isinstance(v, float) else str(v)
-
-
 def run_study(out: Path, *, steps: int, models: list[str], time_limit: float, quick: bool, progress=None) -> str:
     s_values, means = ((2,), (1.0,)) if quick else ((1, 2, 3), (1.0, 2.0))
     instances = ASSIGNMENT_INSTANCES[:3] if quick else ASSIGNMENT_INSTANCES
@@ -173,41 +152,44 @@ def run_study(out: Path, *, steps: int, models: list[str], time_limit: float, qu
     assignment = assignment_study(instances=instances, time_limit=min(time_limit, 10.0) if quick else time_limit,
                                   progress=progress)
     perf = perf_benchmarks()
-    write_atomic(out / "training.csv", _csv(rows, list(rows[0])))
-    write_atomic(out / "ratios.csv", _csv(ratios, list(ratios[0])))
-    write_atomic(out / "assignment.csv", _csv(assignment, list(assignment[0])))
+    write_atomic(out / "training.csv", csv_text(rows, list(rows[0])))
+    write_atomic(out / "ratios.csv", csv_text(ratios, list(ratios[0])))
+    write_atomic(out / "assignment.csv", csv_text(assignment, list(assignment[0])))
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cmd = "pipeplan gradcode study" + (" --quick" if quick else "") + f" --steps {steps}"
     lines = ["# Gradient coding results", "", f"Made by `{cmd}` on {when}, {platform.machine()} "
              f"(Python {platform.python_version()}). Simulated time; real gradients on scikit-learn's digits.", "",
              "## Time to target training loss (simulated seconds), n = 12, exponential delays", "",
              "Each worker straggles in a step with probability 0.2; a partition takes 0.5 s. `pgc-cr` uses the "
-             "published fixed linear decoder; `pgc-cr-lstsq` decodes exactly by least squares.", "",
-             "| model | s | delay mean | " + " | ".join(STUDY_SCHEMES) + " |", "|---|---|---|" + "---|" * len(STUDY_SCHEMES)]
-    for key in dict.fromkeys((r["model"], r["s"], r["delay_mean_s"]) for r in rows):
-        mine = {r["scheme"]: r for r in rows if (r["model"], r["s"], r["delay_mean_s"]) == key}
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]:g} s | " + " | ".join(
-            _fmt(mine[sc]["time_to_target_s"], 4) if mine[sc]["time_to_target_s"] is not None else "not reached"
-            for sc in STUDY_SCHEMES) + " |")
-    lines += ["", "## Ratios of time to target (below 1: PGC is faster)", "",
-              "| model | s | delay mean | PGC-FR / GC-FR | PGC-CR / GC-CR | PGC-FR / uncoded | PGC-CR / uncoded | PGC-FR / ignore-SGD |",
-              "|---|---|---|---|---|---|---|---|"]
-    for r in ratios:
-        lines.append(f"| {r['model']} | {r['s']} | {r['delay_mean_s']:g} s | " + " | ".join(
-            _fmt(r[k]) for k in ("pgc_fr_vs_gc_fr", "pgc_cr_vs_gc_cr", "pgc_fr_vs_uncoded", "pgc_cr_vs_uncoded",
-                                 "pgc_fr_vs_ignore_sgd")) + " |")
-    lines += ["", "## Assignment solver vs FR / CR (evaluator: 20,000 simulated steps; worst case exact)", "",
-              "| instance | solver | status | expected step (s) | p95 (s) | worst case (s) | vs best construction (expected) |",
-              "|---|---|---|---|---|---|---|"]
+             "published fixed linear decoder; `pgc-cr-lstsq` decodes exactly by least squares.", ""]
+    by_setting = {}
+    for r in rows:
+        by_setting.setdefault((r["model"], r["s"], r["delay_mean_s"]), {})[r["scheme"]] = r
+    lines += markdown_table(
+        ("model", "s", "delay mean", *STUDY_SCHEMES),
+        ([model, s, f"{mean:g} s", *(cell(mine[sc]["time_to_target_s"], ".4g", none="not reached")
+                                      for sc in STUDY_SCHEMES)]
+         for (model, s, mean), mine in by_setting.items()))
+    lines += ["", "## Ratios of time to target (below 1: PGC is faster)", ""]
+    lines += markdown_table(
+        ("model", "s", "delay mean", "PGC-FR / GC-FR", "PGC-CR / GC-CR", "PGC-FR / uncoded", "PGC-CR / uncoded",
+         "PGC-FR / ignore-SGD"),
+        ([r["model"], r["s"], f"{r['delay_mean_s']:g} s", *(cell(r[k], ".3g") for k in (
+            "pgc_fr_vs_gc_fr", "pgc_cr_vs_gc_cr", "pgc_fr_vs_uncoded", "pgc_cr_vs_uncoded", "pgc_fr_vs_ignore_sgd"))]
+         for r in ratios))
+    lines += ["", "## Assignment solver vs FR / CR (evaluator: 20,000 simulated steps; worst case exact)", ""]
+    table = []
     for inst in dict.fromkeys(r["instance"] for r in assignment):
         mine = [r for r in assignment if r["instance"] == inst]
         base = min(r["expected_step_s"] for r in mine if r["solver"] in ("fr", "cr", "pgc-fr", "pgc-cr"))
-        for r in mine:
-            lines.append(f"| {inst} | {r['solver']} | {r['termination']}/{r['quality']} | {_fmt(r['expected_step_s'], 4)} | "
-                         f"{_fmt(r['p95_step_s'], 4)} | {_fmt(r['worst_step_s'], 4)} | x{r['expected_step_s'] / base:.3f} |")
+        table += [[inst, r["solver"], f"{r['termination']}/{r['quality']}", cell(r["expected_step_s"], ".4g"),
+                   cell(r["p95_step_s"], ".4g"), cell(r["worst_step_s"], ".4g"), f"x{r['expected_step_s'] / base:.3f}"]
+                  for r in mine]
+    lines += markdown_table(("instance", "solver", "status", "expected step (s)", "p95 (s)", "worst case (s)",
+                             "vs best construction (expected)"), table)
     lines += ["", "## Timed benchmarks", ""]
     for name, v in perf.items():
-        lines.append(f"- {name}: {v['seconds']:.3f} s " + ", ".join(f"{k} {_fmt(x, 4)}" for k, x in v.items() if k != "seconds"))
+        lines.append(f"- {name}: {v['seconds']:.3f} s " + ", ".join(f"{k} {cell(x, '.4g')}" for k, x in v.items() if k != "seconds"))
     md = "\n".join(lines) + "\n"
     write_atomic(out / "report.md", md)
     return md

@@ -3,8 +3,6 @@
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from pipeplan.app.figures import pareto_plot
 from pipeplan.core.errors import SolverFailure
 from pipeplan.core.io import write_atomic, write_json
 from pipeplan.core.result import SolveResult
+from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 
 COLUMNS = ("solver", "termination", "quality", "period_ms", "latency_ms", "energy_mj", "bound", "gap",
@@ -58,42 +57,22 @@ def result_rows(results: dict[str, SolveResult], objective: str = "period") -> l
     return rows
 
 
-def _cell(v, digits=2):
-    if v is None:
-        return "-"
-    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
-
-
-def markdown_table(rows: list[dict]) -> str:
-    lines = ["| solver | status | period (ms) | latency (ms) | energy (mJ) | bound | gap | time (s) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        gap = "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%"
-        lines.append(f"| {r['solver']} | {r['termination']}/{r['quality']} | {_cell(r['period_ms'])} | "
-                     f"{_cell(r['latency_ms'])} | {_cell(r['energy_mj'], 1)} | {_cell(r['bound'])} | {gap} | "
-                     f"{_cell(r['wall_time_s'])} |")
-    return "\n".join(lines) + "\n"
-
-
-def csv_text(rows: list[dict], columns=COLUMNS) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else (f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]))
-                    for k in columns})
-    return buf.getvalue()
+def results_markdown(rows: list[dict]) -> str:
+    """The solvers' table of ``pipeplan compare`` (rows from ``result_rows``)."""
+    return "\n".join(markdown_table(
+        ("solver", "status", "period (ms)", "latency (ms)", "energy (mJ)", "bound", "gap", "time (s)"),
+        ([r["solver"], f"{r['termination']}/{r['quality']}", cell(r["period_ms"]), cell(r["latency_ms"]),
+          cell(r["energy_mj"], ".1f"), cell(r["bound"]), "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%",
+          cell(r["wall_time_s"])] for r in rows))) + "\n"
 
 
 def front_csv(points: list[dict], x: str, y: str) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow([AXES[x], AXES[y], "proven", "mapping_or_stages"])
-    for p in points:
-        stages = " | ".join("+".join(s["pus"]) for s in p["plan"]["stages"])
-        w.writerow([f"{p['objectives'][AXES[x]]:.6g}", f"{p['objectives'][AXES[y]]:.6g}",
-                    p.get("proven", ""), stages])
-    return buf.getvalue()
+    """An exact front: both objectives, whether the point is proven, and its stages."""
+    columns = (AXES[x], AXES[y], "proven", "mapping_or_stages")
+    return csv_text(({columns[0]: float(p["objectives"][AXES[x]]), columns[1]: float(p["objectives"][AXES[y]]),
+                      "proven": p.get("proven", ""),
+                      "mapping_or_stages": " | ".join("+".join(s["pus"]) for s in p["plan"]["stages"])}
+                     for p in points), columns)
 
 
 def compare(problem, names: list[str], out: Path, *, time_limit: float, threads: int, seed: int,
@@ -117,11 +96,11 @@ def compare(problem, names: list[str], out: Path, *, time_limit: float, threads:
     hv = hv_ratios(problem, exact["points"], approx) if exact["points"] else {"ref": None, "ratios": {}}
     md = (f"# {problem.name}: heuristic vs exact\n\n"
           f"`pipeplan compare {problem.name} --solvers {','.join(names)} --time-limit {time_limit:g}`\n\n"
-          + markdown_table(rows)
+          + results_markdown(rows)
           + f"\nExact (period, latency) front: {exact_note}.\n"
           + "".join(f"Hypervolume of the {n} front / exact front: {v:.4f} (reference point {hv['ref']}).\n"
                     for n, v in hv["ratios"].items()))
-    write_atomic(out / "compare.csv", csv_text(rows))
+    write_atomic(out / "compare.csv", csv_text(rows, COLUMNS))
     write_atomic(out / "compare.md", md)
     write_json(out / "results.json", {n: r.to_dict() for n, r in results.items()})
     write_json(out / "hypervolume.json", hv)
@@ -243,27 +222,24 @@ def study(out: Path, *, names: list[str], instances: list[str], time_limit: floa
              f"per solver, {time_limit:g} s limit per solve). One folder per instance: compare.md/csv, "
              "pareto.png (exact period-latency front, NSGA-II front, heuristic points), exact fronts as "
              "CSV/JSON/PNG.", "",
-             "## Period of each solver relative to the CP-SAT plan (1.00 = same period)", "",
-             "| instance | units | PUs | CP-SAT status | CP-SAT time (s) | gap | period (ms) | "
-             + " | ".join(names) + " | NSGA-II HV / exact | NSGA-II time (s) |",
-             "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|"]
-    for r in summary:
-        gap = "-" if r["cpsat_gap"] is None else f"{100 * r['cpsat_gap']:.2f}%"
-        ratios = " | ".join(_cell(r.get(f"{n}_ratio"), 3) for n in names)
-        lines.append(f"| {r['instance']} | {r['units']} | {r['pus']} | {r['cpsat_status']} | "
-                     f"{_cell(r['cpsat_time_s'], 1)} | {gap} | {_cell(r['period_opt_ms'])} | {ratios} | "
-                     f"{_cell(r['nsga2_hv_ratio'], 4)} | {_cell(r['nsga2_time_s'], 1)} |")
+             "## Period of each solver relative to the CP-SAT plan (1.00 = same period)", ""]
+    lines += markdown_table(
+        ("instance", "units", "PUs", "CP-SAT status", "CP-SAT time (s)", "gap", "period (ms)", *names,
+         "NSGA-II HV / exact", "NSGA-II time (s)"),
+        ([r["instance"], r["units"], r["pus"], r["cpsat_status"], cell(r["cpsat_time_s"], ".1f"),
+          "-" if r["cpsat_gap"] is None else f"{100 * r['cpsat_gap']:.2f}%", cell(r["period_opt_ms"]),
+          *(cell(r.get(f"{n}_ratio"), ".3f") for n in names), cell(r["nsga2_hv_ratio"], ".4f"),
+          cell(r["nsga2_time_s"], ".1f")] for r in summary))
     lines += ["", "## Energy efficiency (inferences per joule) of throughput-optimal plans", "",
               "Hierarchical = CP-SAT min period then min energy over all plans; pipelined = pipeline-dp "
               "(contiguous stages, one PU each); non-pipelined = CP-SAT min period with one stage over all PUs. "
-              "Para-Pipe reports +11.0% vs pipelined and +23.3% vs non-pipelined on this SoC.", "",
-              "| instance | hierarchical | pipelined | non-pipelined | gain vs pipelined | gain vs non-pipelined |",
-              "|---|---|---|---|---|---|"]
-    for e in effs:
-        g1 = "-" if e["gain_vs_pipelined"] is None else f"{100 * e['gain_vs_pipelined']:+.1f}%"
-        g2 = "-" if e["gain_vs_non_pipelined"] is None else f"{100 * e['gain_vs_non_pipelined']:+.1f}%"
-        lines.append(f"| {e['instance']} | {_cell(e['hierarchical_inf_per_j'])} | {_cell(e['pipelined_inf_per_j'])} | "
-                     f"{_cell(e['non_pipelined_inf_per_j'])} | {g1} | {g2} |")
+              "Para-Pipe reports +11.0% vs pipelined and +23.3% vs non-pipelined on this SoC.", ""]
+    lines += markdown_table(
+        ("instance", "hierarchical", "pipelined", "non-pipelined", "gain vs pipelined", "gain vs non-pipelined"),
+        ([e["instance"], cell(e["hierarchical_inf_per_j"]), cell(e["pipelined_inf_per_j"]),
+          cell(e["non_pipelined_inf_per_j"]),
+          *("-" if e[g] is None else f"{100 * e[g]:+.1f}%" for g in ("gain_vs_pipelined", "gain_vs_non_pipelined"))]
+         for e in effs))
     md = "\n".join(lines) + "\n" + STUDY_NOTES
     write_atomic(out / "README.md", md)
     write_atomic(out / "summary.csv", csv_text(summary, columns=list(summary[0])))

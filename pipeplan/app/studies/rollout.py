@@ -4,14 +4,13 @@ figures, its sensitivity to unpublished settings, and the rho regime sweep. Ever
 comes from the simulator (through ``pipeplan.solve``)."""
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import platform
 from datetime import datetime, timezone
 from statistics import mean
 
 import pipeplan
+from pipeplan.core.tables import markdown_table
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 from pipeplan.formulations.rollout.workloads import (
     ARRIVAL_JITTER_GROUPS,
@@ -70,26 +69,14 @@ def competitive_rows(results: dict) -> list[dict]:
 def rows_markdown(rows: list[dict], title: str) -> str:
     kind = rows[0]["ratio_reference"]
     head = "ratio to optimum" if kind == "optimum" else "ratio to lower bound (bound, not optimum)"
+    table = [[r["solver"], *["-"] * 6, r["termination"]] if r["train_end_s"] is None else
+             [r["solver"], f"{r['train_end_s']:.1f}", f"{r['waiting_ratio']:.1%}", f"{r['first_dispatch_s']:.1f}",
+              f"{r['rollout_makespan_s']:.1f}", f"{r['competitive_ratio']:.3f}", f"{r['ratio_to_best']:.3f}",
+              f"{r['termination']}/{r['quality']}"] for r in rows]
     lines = [f"### {title}", "", f"reference: {kind} {rows[0]['reference_s']:.1f} s", "",
-             f"| solver | train end (s) | waiting ratio | first dispatch (s) | rollout (s) | {head} | vs best | status |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["train_end_s"] is None:
-            lines.append(f"| {r['solver']} | - | - | - | - | - | - | {r['termination']} |")
-            continue
-        lines.append(f"| {r['solver']} | {r['train_end_s']:.1f} | {r['waiting_ratio']:.1%} | {r['first_dispatch_s']:.1f} "
-                     f"| {r['rollout_makespan_s']:.1f} | {r['competitive_ratio']:.3f} | {r['ratio_to_best']:.3f} "
-                     f"| {r['termination']}/{r['quality']} |")
+             *markdown_table(("solver", "train end (s)", "waiting ratio", "first dispatch (s)", "rollout (s)", head,
+                              "vs best", "status"), table)]
     return "\n".join(lines) + "\n"
-
-
-def to_csv(rows: list[dict], columns) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items() if k in columns})
-    return buf.getvalue()
 
 
 # -- reproduction ---------------------------------------------------------------------------
@@ -170,22 +157,22 @@ def reproduction_markdown(records: list[dict], command: str, sensitivity_rows: l
              f"Paper (arXiv 2606.26997, RolloutPipe vs Slime): rollout-to-train-end -{_pct(b['end_time_reduction'][0])} "
              f"to -{_pct(b['end_time_reduction'][1])}; trainer waiting ratio -{_pct(b['waiting_ratio_reduction'][0])} to "
              f"-{_pct(b['waiting_ratio_reduction'][1])}; Slime's waiting ratio {_pct(b['baseline_waiting_ratio'][0])}-"
-             f"{_pct(b['baseline_waiting_ratio'][1])}.", "",
-             "| workload | R | sync waiting | sync rollout (s) | trainer (s) | end-time red. CGP | CGP+FGD | FGD hard | "
-             "waiting red. CGP | CGP+FGD | FGD hard | first dispatch sync / CGP / FGD (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"{_pct(b['baseline_waiting_ratio'][1])}.", ""]
 
     def mark(r, key):
         return "" if r[f"{key}_in_paper_band"] else " *"
 
-    for r in records:
-        lines.append(
-            f"| {r['workload']} | {r['R']} | {_pct(r['baseline_waiting_ratio'])}{mark(r, 'baseline_waiting_ratio')} "
-            f"| {r['sync_rollout_s']:.0f} | {r['trainer_compute_s']:.0f} | -{_pct(r['cgp_end_time_reduction'])} "
-            f"| -{_pct(r['end_time_reduction'])}{mark(r, 'end_time_reduction')} | {-100 * r['fgd_hard_end_time_reduction']:+.1f}% "
-            f"| -{_pct(r['cgp_waiting_ratio_reduction'])} | -{_pct(r['waiting_ratio_reduction'])}{mark(r, 'waiting_ratio_reduction')} "
-            f"| {-100 * r['fgd_hard_waiting_ratio_reduction']:+.1f}% "
-            f"| {r['first_dispatch_sync_s']:.0f} / {r['first_dispatch_cgp_s']:.0f} / {r['first_dispatch_fgd_s']:.0f} |")
+    lines += markdown_table(
+        ("workload", "R", "sync waiting", "sync rollout (s)", "trainer (s)", "end-time red. CGP", "CGP+FGD", "FGD hard",
+         "waiting red. CGP", "CGP+FGD", "FGD hard", "first dispatch sync / CGP / FGD (s)"),
+        ([r["workload"], r["R"], f"{_pct(r['baseline_waiting_ratio'])}{mark(r, 'baseline_waiting_ratio')}",
+          f"{r['sync_rollout_s']:.0f}", f"{r['trainer_compute_s']:.0f}", f"-{_pct(r['cgp_end_time_reduction'])}",
+          f"-{_pct(r['end_time_reduction'])}{mark(r, 'end_time_reduction')}",
+          f"{-100 * r['fgd_hard_end_time_reduction']:+.1f}%", f"-{_pct(r['cgp_waiting_ratio_reduction'])}",
+          f"-{_pct(r['waiting_ratio_reduction'])}{mark(r, 'waiting_ratio_reduction')}",
+          f"{-100 * r['fgd_hard_waiting_ratio_reduction']:+.1f}%",
+          f"{r['first_dispatch_sync_s']:.0f} / {r['first_dispatch_cgp_s']:.0f} / {r['first_dispatch_fgd_s']:.0f}"]
+         for r in records))
     lines += ["", "`*` outside the paper's band.", "", "## Where the simulator lands outside the paper's bands, and why", ""]
     lines += _notes(records)
     if sensitivity_rows:
@@ -252,13 +239,14 @@ def sensitivity(*, workload: str = "lsat-ar", R: int = 64, seeds: int = 3, front
 def sensitivity_markdown(rows: list[dict]) -> str:
     r0 = rows[0]
     lines = [f"## Sensitivity ({r0['workload']}, R = {r0['R']}, {r0['seeds']} seeds)", "",
-             "| setting | value | sync waiting | sync rollout (s) | end-time red. CGP | CGP+FGD | waiting red. CGP | CGP+FGD | "
-             "first dispatch CGP / FGD (s) | retractions (sync) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['setting']} | {r['value']} | {_pct(r['baseline_waiting_ratio'])} | {r['sync_rollout_s']:.0f} "
-                     f"| -{_pct(r['cgp_end_time_reduction'])} | -{_pct(r['end_time_reduction'])} "
-                     f"| -{_pct(r['cgp_waiting_ratio_reduction'])} | -{_pct(r['waiting_ratio_reduction'])} "
-                     f"| {r['first_dispatch_cgp_s']:.0f} / {r['first_dispatch_fgd_s']:.0f} | {r['retractions_sync']:.0f} |")
+             *markdown_table(
+                 ("setting", "value", "sync waiting", "sync rollout (s)", "end-time red. CGP", "CGP+FGD",
+                  "waiting red. CGP", "CGP+FGD", "first dispatch CGP / FGD (s)", "retractions (sync)"),
+                 ([r["setting"], r["value"], _pct(r["baseline_waiting_ratio"]), f"{r['sync_rollout_s']:.0f}",
+                   f"-{_pct(r['cgp_end_time_reduction'])}", f"-{_pct(r['end_time_reduction'])}",
+                   f"-{_pct(r['cgp_waiting_ratio_reduction'])}", f"-{_pct(r['waiting_ratio_reduction'])}",
+                   f"{r['first_dispatch_cgp_s']:.0f} / {r['first_dispatch_fgd_s']:.0f}", f"{r['retractions_sync']:.0f}"]
+                  for r in rows))]
     return "\n".join(lines) + "\n"
 
 
@@ -326,15 +314,14 @@ def sweep_markdown(rows: list[dict], command: str, title: str) -> str:
     for engine in dict.fromkeys(r["engine"] for r in rows):
         mine = [r for r in rows if r["engine"] == engine]
         solvers = list(dict.fromkeys(r["solver"] for r in mine))
-        lines += [f"## {engine} engine", "", "| rho | reference | best online policy | " + " | ".join(solvers) + " |",
-                  "|---|---|---|" + "---|" * len(solvers)]
+        table = []
         for rho in dict.fromkeys(r["rho"] for r in mine):
             at = {r["solver"]: r for r in mine if r["rho"] == rho}
             first = next(iter(at.values()))
-            cells = [f"{at[s]['ratio']:.3f}" if at[s]["ratio"] else "-" for s in solvers]
-            lines.append(f"| {rho:g} | {first['reference']} {first['reference_s']:.0f} s | {first['best_policy']} | "
-                         + " | ".join(cells) + " |")
-        lines.append("")
+            table.append([f"{rho:g}", f"{first['reference']} {first['reference_s']:.0f} s", first["best_policy"],
+                          *(f"{at[s]['ratio']:.3f}" if at[s]["ratio"] else "-" for s in solvers)])
+        lines += [f"## {engine} engine", "", *markdown_table(("rho", "reference", "best online policy", *solvers), table),
+                  ""]
     return "\n".join(lines)
 
 

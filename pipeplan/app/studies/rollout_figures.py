@@ -2,18 +2,9 @@
 regime plot of a rho sweep."""
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from pipeplan.app.figures import _figure
-from pipeplan.core.io import write_atomic
-
-
-def _save(fig, plt, path: Path) -> Path:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+from pipeplan.app.figures import pyplot, save_figure
 
 
 def engine_slots(segments) -> list[int]:
@@ -35,7 +26,7 @@ def engine_slots(segments) -> list[int]:
 def gantt(problem, schedule, path: Path, title: str) -> Path:
     """Requests on engine slots (coloured by group; hatched stays ended in a retraction),
     group completions, and the trainer's updates on their own row."""
-    plt = _figure()
+    plt = pyplot()
     segs = schedule.segments
     slots = engine_slots(segs)
     n_slots = max(slots) + 1 if slots else 1
@@ -60,8 +51,7 @@ def gantt(problem, schedule, path: Path, title: str) -> Path:
     ax.set_title(f"{title}: train end {m['train_end_s']:.0f} s, waiting ratio {m['waiting_ratio']:.0%}", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    return _save(fig, plt, path)
+    return save_figure(fig, path)
 
 
 Y_CLIP = 1.6
@@ -70,7 +60,7 @@ Y_CLIP = 1.6
 def regime_plot(rows: list[dict], path: Path, title: str) -> Path:
     """Each policy's ratio to the reference (proven optimum, or the best schedule found) per
     rho, one panel per engine."""
-    plt = _figure()
+    plt = pyplot()
     engines = list(dict.fromkeys(r["engine"] for r in rows))
     fig, axes = plt.subplots(1, len(engines), figsize=(6.2 * len(engines), 4.4), dpi=110, squeeze=False)
     markers = "osD^v<>P*X"
@@ -96,5 +86,4 @@ def regime_plot(rows: list[dict], path: Path, title: str) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return _save(fig, plt, path)
+    return save_figure(fig, path)

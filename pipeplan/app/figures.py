@@ -5,8 +5,9 @@ import io
 from pathlib import Path
 
 from pipeplan.core.io import write_atomic
+from pipeplan.core.vocabulary import MAPPING_OBJECTIVES
 
-LABELS = {"period_ms": "period (ms)", "latency_ms": "latency (ms)", "energy_mj": "energy per inference (mJ)"}
+LABELS = {o.key: o.label for o in MAPPING_OBJECTIVES.values()}
 
 
 def pyplot():
@@ -68,21 +69,4 @@ def bar_chart(path: Path, title: str, groups: dict[str, dict[str, float]], *, yl
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    return save_figure(fig, path)
-
-
-def line_plot(path: Path, title: str, series: dict[str, tuple[list[float], list[float]]], *, xlabel: str,
-              ylabel: str, logy: bool = False) -> Path:
-    """One line per series: ``{name: (xs, ys)}``."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    for i, (name, (xs, ys)) in enumerate(series.items()):
-        ax.plot(xs, ys, label=name, color=f"C{i}", lw=1.4)
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     return save_figure(fig, path)

@@ -164,36 +164,9 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
         bar_chart(out / "gradcode_step_time.png", "Gradient coding: expected step time per scheme", chart,
                   ylabel="expected step time (s)")
         lines += ["", "![gradient coding step times](gradcode_step_time.png)"]
-    lines += _time_to_loss_plots([i for i in by_inst if "homog" in i][:2], out)
+    lines += ["", "Training with each scheme (loss against time, stale gradients): `pipeplan gradcode study` "
+                  "(results/gradcode/report.md); this report only reads the bench's records."]
     return lines + [""]
-
-
-TRAINING_SCHEMES = ("uncoded", "fr", "cr", "pgc-fr", "pgc-cr")
-TRAINING_STEPS = 150
-
-
-def _time_to_loss_plots(instances: list[str], out: Path) -> list[str]:
-    """Softmax regression on the digits with each scheme's stale-gradient updates, simulated
-    under the instance's straggler model: training loss vs simulated time, one plot per instance.
-    PGC-CR trains with its published fixed linear decoder."""
-    from pipeplan.app.figures import line_plot
-    from pipeplan.deploy.gradcode.training import train_simulated
-    from pipeplan.instances.gradcode import load_instance
-    from pipeplan.solvers.gradcode.schemes import build
-
-    lines = []
-    for inst in instances:
-        problem = load_instance(inst)
-        series = {}
-        for scheme in TRAINING_SCHEMES:
-            code = build(scheme, problem.n, problem.s, **({"decoder": "linear"} if scheme == "pgc-cr" else {}))
-            run = train_simulated(problem, code, steps=TRAINING_STEPS)
-            series[scheme] = (run.time_s, run.loss)
-        name = f"gradcode_loss_{inst.split('/', 1)[-1]}.png"
-        line_plot(out / name, f"{inst}: softmax on digits, {TRAINING_STEPS} steps", series,
-                  xlabel="simulated time (s)", ylabel="training loss", logy=True)
-        lines += ["", f"Time to loss, {inst} (simulated, seed 0):", "", f"![{inst} loss vs time]({name})"]
-    return lines
 
 
 SECTIONS = {"mapping": mapping_section, "gradcode": gradcode_section, "rollout": rollout_section}

@@ -24,7 +24,7 @@ class Objective:
 MAPPING_OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("period", "period_ms", "ms", "min", "period (ms)"),
     Objective("latency", "latency_ms", "ms", "min", "latency (ms)"),
-    Objective("energy", "energy_mj", "mJ", "min", "energy per frame (mJ)"),
+    Objective("energy", "energy_mj", "mJ", "min", "energy per inference (mJ)"),
 )}
 MAPPING_AXES: tuple[str, ...] = tuple(MAPPING_OBJECTIVES)
 MappingAxis = Literal[MAPPING_AXES]     # a solver's ``objective`` parameter: one of these

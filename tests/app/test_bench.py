@@ -117,7 +117,7 @@ def test_report_sections_for_gradcode_and_rollout(tmp_path):
     run_suite(suite_file(tmp_path, body), out, jobs=2)
     md = write_report(out)
     assert "## Gradient coding" in md and "## Rollout admission" in md
-    assert (out / "gradcode_step_time.png").exists() and (out / "gradcode_loss_homog-n12-s1.png").exists()
+    assert (out / "gradcode_step_time.png").exists() and not list(out.glob("gradcode_loss_*.png"))
     # the offline optimum of the tiny round is proven and is the reference of the table
     assert "| rollout/tiny-1 | 18.12 opt |" in md
     assert "### Reproduction" in md

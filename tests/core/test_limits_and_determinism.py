@@ -11,7 +11,6 @@ from pipeplan.core.registry import get_solver, solvers
 from pipeplan.core.vocabulary import SYSTEMS
 from pipeplan.formulations.gradcode.problem import problem_from_dict
 
-
 # Instances every solver finishes well within its limit (so the plan does not depend on timing;
 # a run stopped by a wall-clock limit depends on the machine's speed) ...
 HETERO_N6 = problem_from_dict({"name": "hetero-n6-s1", "n": 6, "s": 1, "speeds": [2, 1, 0.5, 1, 2, 0.5],

@@ -49,7 +49,7 @@ def _reference(rs: list[dict], key: str) -> tuple[float | None, str]:
 
 def mapping_section(records: list[dict], out: Path) -> list[str]:
     by_inst = _by_instance(records)
-    solvers = list(dict.fromkeys(r["solver"] for r in records))
+    solvers = sorted({r["solver"] for r in records})   # one order whatever order the runs ended in
     lines = ["## Operator mapping: heuristic vs exact", "",
              "Period (ms) per solver and its ratio to the proven optimum (`opt`), or to the best lower "
              "bound when no exact run proved one (`lb`, flagged); gap and time of the exact runs.", ""]
@@ -137,7 +137,7 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
     from pipeplan.app.figures import bar_chart
 
     by_inst = _by_instance(records)
-    solvers = list(dict.fromkeys(r["solver"] for r in records))
+    solvers = sorted({r["solver"] for r in records})   # one order whatever order the runs ended in
     lines = ["## Gradient coding: constructions vs the assignment solvers", "",
              "Expected step time (s) per scheme, its ratio to the best expected step time of the instance, and "
              "the worst-case step time; the exact solvers' status. Time-to-target-loss training runs are in "

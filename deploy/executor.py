@@ -32,19 +32,8 @@ import onnxruntime as ort
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.sizes import check_memory
-from pipeplan.deploy.manifest import (
-    GroupSpec,
-    Manifest,
-    StageSpec,
-    TensorSpec,
-    load_manifest,
-)
-from pipeplan.deploy.runtime import (
-    CPU_PROVIDER,
-    make_session,
-    pin_current_thread,
-    usable_cores,
-)
+from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
+from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
 
 OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
 QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory

@@ -32,12 +32,7 @@ from onnx.utils import Extractor
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, load_json
-from pipeplan.deploy.manifest import (
-    MANIFEST_FILE,
-    MANIFEST_SCHEMA,
-    load_manifest,
-    sha256_of,
-)
+from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
 from pipeplan.deploy.partition import Group, branch_groups, check_plan
 from pipeplan.deploy.runtime import pu_runtime
 from pipeplan.deploy.weights import with_random_weights

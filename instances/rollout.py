@@ -13,11 +13,7 @@ import re
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.formulations.rollout.problem import (
-    EngineModel,
-    RolloutProblem,
-    TrainerModel,
-)
+from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
 from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
 
 TINY = 4

@@ -30,11 +30,7 @@ from onnx import ModelProto, helper
 from pipeplan.core.errors import InputError
 from pipeplan.core.sizes import check_memory
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
-from pipeplan.formulations.mapping.onnx_graph import (
-    graph_from_model,
-    onnx_node_names,
-    read_model,
-)
+from pipeplan.formulations.mapping.onnx_graph import graph_from_model, onnx_node_names, read_model
 from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Transfers
 
 LEVEL = "max"

@@ -42,13 +42,7 @@ import networkx as nx
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json
-from pipeplan.formulations.mapping.profile import (
-    PU,
-    AffineTransfer,
-    Profile,
-    Reader,
-    Transfers,
-)
+from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Reader, Transfers
 
 PLATFORM_SCHEMA = "pipeplan.platform/1"
 LEVEL = "max"  # roofline profiles have one DVFS level: the top one

@@ -1,9 +1,5 @@
 """Small rollout rounds built in code, for the rollout tests."""
-from pipeplan.formulations.rollout.problem import (
-    EngineModel,
-    RolloutProblem,
-    TrainerModel,
-)
+from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
 
 
 def small_round(responses, prompts=None, *, seqs=4, cap=None, c0=0.01, c1=0.0, c2=0.0, prefill=0.0,

@@ -15,12 +15,7 @@ import numpy as np
 from pipeplan.formulations.gradcode.checker import max_staleness, violations
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
-from pipeplan.formulations.gradcode.simulator import (
-    StepRule,
-    compute_times,
-    simulate_step_times,
-    worst_case_step_time,
-)
+from pipeplan.formulations.gradcode.simulator import StepRule, compute_times, simulate_step_times, worst_case_step_time
 
 EVAL_SEED = 20_260_731
 EVAL_STEPS = 20_000

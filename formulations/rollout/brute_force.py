@@ -6,12 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from pipeplan.formulations.rollout.fixed_model import (
-    best_trainer,
-    completions,
-    fixed_model,
-    serial_schedule,
-)
+from pipeplan.formulations.rollout.fixed_model import best_trainer, completions, fixed_model, serial_schedule
 from pipeplan.formulations.rollout.problem import RolloutProblem
 
 MAX_REQUESTS = 8

@@ -24,11 +24,7 @@ import numpy as np
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.sizes import check_memory
-from pipeplan.formulations.rollout.problem import (
-    EngineModel,
-    RolloutProblem,
-    TrainerModel,
-)
+from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
 
 # Qwen3-1.7B (28 layers, 8 KV heads x 128, bf16) on 2x A100-40GB, tensor parallel 2.
 #   KV per token = 28 layers x 2 (K, V) x 8 heads x 128 x 2 bytes = 112 KiB; about 0.46 M tokens

@@ -13,16 +13,8 @@ import numpy as np
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
 from pipeplan.core.vocabulary import GradcodeAxis
-from pipeplan.solvers.gradcode.assignment import (
-    AssignmentData,
-    assignment_data,
-    fr_shape,
-)
-from pipeplan.solvers.gradcode.assignment_result import (
-    STRUCTURES,
-    BackendAnswer,
-    assignment_result,
-)
+from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
+from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
 from pipeplan.solvers.gradcode.common import search_deadline
 
 US = 1_000_000

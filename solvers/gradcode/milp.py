@@ -9,16 +9,8 @@ from typing import Literal
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
 from pipeplan.core.vocabulary import GradcodeAxis
-from pipeplan.solvers.gradcode.assignment import (
-    AssignmentData,
-    assignment_data,
-    fr_shape,
-)
-from pipeplan.solvers.gradcode.assignment_result import (
-    STRUCTURES,
-    BackendAnswer,
-    assignment_result,
-)
+from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
+from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
 from pipeplan.solvers.gradcode.common import search_deadline
 
 HANDOVER_PER_BUILD = 1.0   # PuLP's hand-over to the solver, in units of the model's build time

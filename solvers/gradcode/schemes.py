@@ -4,11 +4,7 @@ from __future__ import annotations
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
-from pipeplan.solvers.gradcode.baselines import (
-    ignore_stragglers_gc,
-    ignore_stragglers_sgd,
-    uncoded,
-)
+from pipeplan.solvers.gradcode.baselines import ignore_stragglers_gc, ignore_stragglers_sgd, uncoded
 from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_cr, pgc_fr

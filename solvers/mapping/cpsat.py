@@ -49,11 +49,7 @@ def lexicographic(model: MappingCpModel, objective: str, *, deadline: Deadline, 
 def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: MappingAxis = "period",
                 bounds: dict | None = None, shared_pus: bool = False, max_stages: int | None = None,
                 tie_break: str | None = "default"):
-    from pipeplan.solvers.mapping.cpsat_model import (  # needs ortools
-        MappingCpModel,
-        from_model,
-        to_model,
-    )
+    from pipeplan.solvers.mapping.cpsat_model import MappingCpModel, from_model, to_model  # needs ortools
 
     search = search_deadline(time_limit, problem)
     if objective not in AXES:

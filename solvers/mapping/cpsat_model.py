@@ -69,9 +69,7 @@ class MappingCpModel:
         self.units = units
         k = len(self.pus)
         self.S = S = max(1, min(max_stages or (k + 1 if shared_pus else k), len(units)))
-        from ortools.sat.python import (
-            cp_model,  # here, so that the registry loads without it
-        )
+        from ortools.sat.python import cp_model  # here, so that the registry loads without it
         m = self.m = cp_model.CpModel()
         idx = problem.index
 

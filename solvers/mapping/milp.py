@@ -12,11 +12,7 @@ from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
 from pipeplan.core.vocabulary import MappingAxis
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.solvers.mapping.common import (
-    objective_key,
-    scored_result,
-    search_deadline,
-)
+from pipeplan.solvers.mapping.common import objective_key, scored_result, search_deadline
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
 
 

@@ -25,11 +25,7 @@ from pipeplan.core.vocabulary import MAPPING_KEYS as AXIS_KEYS
 from pipeplan.core.vocabulary import MAPPING_TIE_BREAK, MappingAxis
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.pareto import non_dominated, rounded
-from pipeplan.formulations.mapping.plan import (
-    Plan,
-    plan_from_assignment,
-    plan_from_dict,
-)
+from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment, plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import paced, scored_result, search_deadline
 from pipeplan.solvers.mapping.warm_start import seed_plans

@@ -23,11 +23,7 @@ from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.solvers.mapping.common import (
-    scored_result,
-    search_deadline,
-    transfer_times,
-)
+from pipeplan.solvers.mapping.common import scored_result, search_deadline, transfer_times
 
 EPS = 1e-9
 

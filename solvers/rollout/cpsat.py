@@ -27,11 +27,7 @@ from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, Termination
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
-from pipeplan.formulations.rollout.fixed_model import (
-    completions,
-    fixed_model,
-    list_schedule,
-)
+from pipeplan.formulations.rollout.fixed_model import completions, fixed_model, list_schedule
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import PLAN_SCHEMA

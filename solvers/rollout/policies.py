@@ -16,12 +16,7 @@ lengths; the others see what a real engine sees.
 """
 from __future__ import annotations
 
-from pipeplan.formulations.rollout.simulator import (
-    FINISHED,
-    WAITING,
-    EngineState,
-    Policy,
-)
+from pipeplan.formulations.rollout.simulator import FINISHED, WAITING, EngineState, Policy
 from pipeplan.formulations.rollout.trainer import StreamingTrainer
 
 

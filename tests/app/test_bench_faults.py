@@ -15,14 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.app import bench
-from pipeplan.app.bench import (
-    LOCK,
-    RECORDS,
-    bench_lock,
-    open_records,
-    run_suite,
-    scan_records,
-)
+from pipeplan.app.bench import LOCK, RECORDS, bench_lock, open_records, run_suite, scan_records
 from pipeplan.core.errors import InputError
 from tests.cli_helpers import ROOT, assert_input_error, run_cli
 

@@ -18,9 +18,7 @@ from pipeplan.deploy.manifest import load_manifest
 from pipeplan.deploy.runtime import pu_runtime
 from pipeplan.formulations.gradcode.gradient_code import code_from_dict
 from pipeplan.formulations.gradcode.problem import problem_from_dict as gradcode_problem
-from pipeplan.formulations.mapping.instance_io import (
-    problem_from_dict as mapping_problem,
-)
+from pipeplan.formulations.mapping.instance_io import problem_from_dict as mapping_problem
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.profile import profile_from_dict
 from pipeplan.formulations.rollout.problem import problem_from_dict as rollout_problem

@@ -12,10 +12,7 @@ from pipeplan.formulations.gradcode.brute_force import optimum
 from pipeplan.formulations.gradcode.evaluator import evaluate, scenario_objective
 from pipeplan.formulations.gradcode.gradient_code import code_from_dict
 from pipeplan.formulations.gradcode.placement import groups_code
-from pipeplan.formulations.gradcode.problem import (
-    homogeneous_problem,
-    problem_from_dict,
-)
+from pipeplan.formulations.gradcode.problem import homogeneous_problem, problem_from_dict
 from pipeplan.formulations.gradcode.verifier import _FixedBatch, straggler_sets, verify
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.checker import check

@@ -11,23 +11,10 @@ from pipeplan.core.errors import InputError
 from pipeplan.formulations.gradcode.decoders import needed_replies
 from pipeplan.formulations.gradcode.delays import DelaySampler
 from pipeplan.formulations.gradcode.evaluator import evaluate
-from pipeplan.formulations.gradcode.problem import (
-    GradCodeProblem,
-    homogeneous_problem,
-    problem_from_dict,
-)
-from pipeplan.formulations.gradcode.simulator import (
-    StepRule,
-    compute_times,
-    simulate_step_times,
-    worst_case_step_time,
-)
+from pipeplan.formulations.gradcode.problem import GradCodeProblem, homogeneous_problem, problem_from_dict
+from pipeplan.formulations.gradcode.simulator import StepRule, compute_times, simulate_step_times, worst_case_step_time
 from pipeplan.formulations.gradcode.straggler import StragglerModel, load_trace
-from pipeplan.instances.gradcode import (
-    heterogeneous_problem,
-    instance_names,
-    load_instance,
-)
+from pipeplan.instances.gradcode import heterogeneous_problem, instance_names, load_instance
 from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_fr

@@ -5,12 +5,7 @@ import numpy as np
 import pytest
 
 from pipeplan.deploy.gradcode.data import digits
-from pipeplan.deploy.gradcode.models import (
-    MLP,
-    SoftmaxRegression,
-    make_model,
-    mean_loss,
-)
+from pipeplan.deploy.gradcode.models import MLP, SoftmaxRegression, make_model, mean_loss
 from pipeplan.deploy.gradcode.protocol import Master, WorkerState
 from pipeplan.deploy.gradcode.training import train_simulated
 from pipeplan.formulations.gradcode.problem import homogeneous_problem

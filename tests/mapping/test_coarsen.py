@@ -10,11 +10,7 @@ from onnx import TensorProto, helper
 
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.mapping.coarsen import coarsen
-from pipeplan.formulations.mapping.onnx_graph import (
-    LIGHT_MODELS,
-    light_model_path,
-    load_onnx,
-)
+from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_path, load_onnx
 
 F32 = TensorProto.FLOAT
 

@@ -20,11 +20,7 @@ from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.export import REFERENCE_FILE, export_plan
 from pipeplan.deploy.runtime import AFFINITY_KEY, pu_runtime
 from pipeplan.deploy.weights import with_random_weights
-from pipeplan.formulations.mapping.onnx_graph import (
-    light_model_path,
-    load_onnx,
-    read_model,
-)
+from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx, read_model
 from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.profiles.roofline import load_platform, platform_from_dict

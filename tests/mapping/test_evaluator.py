@@ -3,12 +3,7 @@ import pytest
 
 from pipeplan.formulations.mapping.checker import violations
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
-from pipeplan.formulations.mapping.plan import (
-    Plan,
-    Stage,
-    plan_from_dict,
-    plan_from_string,
-)
+from pipeplan.formulations.mapping.plan import Plan, Stage, plan_from_dict, plan_from_string
 from tests.helpers import tiny_problem
 
 

@@ -10,12 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from pipeplan.core.errors import InputError
-from pipeplan.formulations.mapping.onnx_graph import (
-    LIGHT_MODELS,
-    light_model_path,
-    load_onnx,
-    onnx_node_names,
-)
+from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_path, load_onnx, onnx_node_names
 
 F32 = TensorProto.FLOAT
 

@@ -12,12 +12,7 @@ from pipeplan.core.errors import InputError
 from pipeplan.formulations.mapping.coarsen import coarsen
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
 from pipeplan.formulations.mapping.profile import profile_from_dict
-from pipeplan.profiles.roofline import (
-    calibrate,
-    load_platform,
-    platform_from_dict,
-    roofline_profile,
-)
+from pipeplan.profiles.roofline import calibrate, load_platform, platform_from_dict, roofline_profile
 
 PLATFORMS = Path(__file__).parents[2] / "profiles" / "platforms"
 

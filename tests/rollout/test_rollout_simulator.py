@@ -10,10 +10,7 @@ from hypothesis import strategies as st
 
 import pipeplan
 from pipeplan.core.registry import solvers
-from pipeplan.formulations.rollout.bounds import (
-    earliest_completions,
-    train_end_lower_bound,
-)
+from pipeplan.formulations.rollout.bounds import earliest_completions, train_end_lower_bound
 from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import Update

@@ -10,12 +10,7 @@ from pipeplan.core.errors import InputError
 from pipeplan.formulations.rollout.problem import problem_from_dict
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.traces import load_trace
-from pipeplan.formulations.rollout.workloads import (
-    PRESETS,
-    Workload,
-    preset_round,
-    sample_lengths,
-)
+from pipeplan.formulations.rollout.workloads import PRESETS, Workload, preset_round, sample_lengths
 from pipeplan.instances.rollout import instance_names, load_instance
 from pipeplan.solvers.rollout.online import make_policy
 

@@ -28,10 +28,7 @@ ALL = "all"
 
 def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter):
     from pipeplan.formulations.rollout.traces import load_trace
-    from pipeplan.formulations.rollout.workloads import (
-        ARRIVAL_JITTER_GROUPS,
-        preset_round,
-    )
+    from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
     from pipeplan.instances.rollout import load_instance
 
     if jitter is not None and not (math.isfinite(jitter) and jitter >= 0):
@@ -130,11 +127,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
                 jitter: Optional[float] = JITTER,
                 out: Optional[Path] = typer.Option(None, "--out", help="folder for compare.md and compare.csv")):
     """Every policy (and optionally the offline optimum) on one round: a table of metrics and ratios."""
-    from pipeplan.app.studies.rollout import (
-        competitive_rows,
-        rows_markdown,
-        solve_all,
-    )
+    from pipeplan.app.studies.rollout import competitive_rows, rows_markdown, solve_all
     from pipeplan.core.io import write_atomic
     from pipeplan.core.tables import csv_text
 
@@ -163,12 +156,7 @@ def optimum_cmd(instance: Optional[str] = INSTANCE,
                 out: Optional[Path] = typer.Option(None, "--out", help="write the CP-SAT SolveResult JSON here")):
     """Offline optimum with known lengths (CP-SAT), and each policy's competitive ratio to it
     (or to the lower bound, flagged, when the optimum is not proven)."""
-    from pipeplan.app.studies.rollout import (
-        competitive_rows,
-        linearized,
-        rows_markdown,
-        solve_all,
-    )
+    from pipeplan.app.studies.rollout import competitive_rows, linearized, rows_markdown, solve_all
     from pipeplan.core.io import write_atomic
 
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
@@ -206,11 +194,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = ty
               out: Path = typer.Option(Path("results/rollout"), "--out")):
     """rho sweep (total trainer time / rollout makespan): best policy and each policy's ratio to
     the optimum per regime; writes sweep.csv, sweep.md and regime.png."""
-    from pipeplan.app.studies.rollout import (
-        SWEEP_COLUMNS,
-        sweep,
-        sweep_markdown,
-    )
+    from pipeplan.app.studies.rollout import SWEEP_COLUMNS, sweep, sweep_markdown
     from pipeplan.app.studies.rollout_figures import regime_plot
     from pipeplan.core.io import write_atomic
     from pipeplan.core.tables import csv_text
@@ -245,20 +229,12 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
     """The 12 settings of the paper (4 workloads x R in {32, 64, 96}): reductions of CGP and
     CGP+FGD vs the synchronous baseline next to the paper's bands; writes reproduction.md/.csv
     and a Gantt chart of one round."""
-    from pipeplan.app.studies.rollout import (
-        REPRO_COLUMNS,
-        gantt_schedule,
-        reproduce,
-        reproduction_markdown,
-    )
+    from pipeplan.app.studies.rollout import REPRO_COLUMNS, gantt_schedule, reproduce, reproduction_markdown
     from pipeplan.app.studies.rollout import sensitivity as sensitivity_rows
     from pipeplan.app.studies.rollout_figures import gantt
     from pipeplan.core.io import write_atomic
     from pipeplan.core.tables import csv_text
-    from pipeplan.formulations.rollout.workloads import (
-        ARRIVAL_JITTER_GROUPS,
-        preset_round,
-    )
+    from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
 
     jitter = ARRIVAL_JITTER_GROUPS if jitter is None else jitter
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates

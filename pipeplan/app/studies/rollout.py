@@ -12,12 +12,7 @@ from statistics import mean
 import pipeplan
 from pipeplan.core.tables import markdown_table
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
-from pipeplan.formulations.rollout.workloads import (
-    ARRIVAL_JITTER_GROUPS,
-    PRESETS,
-    R_PAPER,
-    preset_round,
-)
+from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, PRESETS, R_PAPER, preset_round
 from pipeplan.solvers.rollout.cpsat import measured_tau
 from pipeplan.solvers.rollout.online import POLICIES
 

@@ -13,8 +13,15 @@ compared with ``numpy.allclose(rtol=1e-4, atol=1e-5)``.
 
 Measures: throughput in steady state, (frames - 1) / (time between the first and the last
 frame leaving the pipeline); latency of a frame, from the moment stage 0 takes it to the moment
-the last stage hands it out (waits between stages included, the wait before stage 0 not);
-each PU's busy share, the time its ONNX Runtime calls took over the run's wall time.
+the last stage hands it out (waits between stages included, the wait before stage 0 not), split
+into service (the frame's time computing in the stages) and queueing (the rest: waiting between
+stages for the next stage to be free, and the hand-offs), since the plan's predicted latency
+has no queueing in it; each PU's busy share, the time its ONNX Runtime calls took over the
+run's wall time.
+
+An export made for another platform (a311d, bst, ...) still runs here, each PU as ONNX Runtime
+threads on this host's CPUs; :func:`platform_warning` says so, since the times then measure
+this host, not the platform the plan was made for.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from pipeplan.core.sizes import check_memory
 from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
 from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
 
+HOST_PLATFORM = "host"  # profiles/platforms/host.json: its PUs C0, C1... are this machine's CPU threads
 OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
 QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory
 RTOL, ATOL = 1e-4, 1e-5
@@ -244,6 +252,8 @@ def _report(m: Manifest, stages: list[_StageWorker], sessions: dict, cores: dict
     out_times = sorted(leave.values())
     period_s = (out_times[-1] - out_times[0]) / (len(out_times) - 1)
     latency_ms = np.array([(leave[f] - stages[0].spans[f][0]) * 1e3 for f in frames])
+    service_ms = np.array([sum(w.spans[f][1] - w.spans[f][0] for w in stages) * 1e3 for f in frames])
+    queueing_ms = np.maximum(latency_ms - service_ms, 0.0)
     busy: dict[str, float] = {}
     for w in stages:
         for r in w.runners:
@@ -262,14 +272,44 @@ def _report(m: Manifest, stages: list[_StageWorker], sessions: dict, cores: dict
         "latency_ms_median": float(np.median(latency_ms)),
         "latency_ms_p90": float(np.percentile(latency_ms, 90)),
         "predicted_latency_ms": m.predicted["latency_ms"],
+        "service_ms_median": float(np.median(service_ms)),
+        "service_ms_p90": float(np.percentile(service_ms, 90)),
+        "queueing_ms_median": float(np.median(queueing_ms)),
+        "queueing_ms_p90": float(np.percentile(queueing_ms, 90)),
         "stage_ms_median": [float(np.median([(w.spans[f][1] - w.spans[f][0]) * 1e3 for f in frames]))
                             for w in stages],
         "pu_busy_share": {pu: b / wall for pu, b in busy.items()},
         "wall_s": wall,
         "pus": {pu: {"providers_asked": m.pus[pu]["providers"], "providers_used": used[pu],
-                     "intra_op_threads": m.pus[pu]["intra_op_threads"], "pinned_cores": cores[pu]}
+                     "intra_op_threads": m.pus[pu]["intra_op_threads"], "pinned_cores": cores[pu],
+                     "planned_cores": m.pus[pu]["cores"]}
                 for pu in used},
+        "platform": m.platform,
+        "instance": m.instance,
+        "planned_for_this_host": m.platform in (None, HOST_PLATFORM),
     }
+
+
+def platform_warning(report: dict[str, Any]) -> str | None:
+    """One line for a run of an export planned for another platform: what each PU really ran
+    on here (provider, threads, pinning), since the measured times are this host's."""
+    if report.get("planned_for_this_host", True):
+        return None
+    parts = []
+    for pu, rt in report["pus"].items():
+        n = rt["intra_op_threads"]
+        if rt["pinned_cores"]:
+            pin = f"pinned to CPU {','.join(map(str, rt['pinned_cores']))}"
+        elif rt["planned_cores"]:
+            pin = f"not pinned (planned CPUs {','.join(map(str, rt['planned_cores']))} not all here)"
+        else:
+            pin = "not pinned"
+        parts.append(f"{pu} on {'+'.join(rt['providers_used'])}, {n} thread{'s' if n > 1 else ''}, {pin}")
+    on_cpu = all(rt["providers_used"] == [CPU_PROVIDER] for rt in report["pus"].values())
+    made = f"platform {report['platform']}" + (f" ({report['instance']})" if report.get("instance") else "")
+    return (f"warning: the plan was made for {made}, not this host; "
+            + ("each PU ran as a CPU thread on this host: " if on_cpu else "each PU ran on this host as: ")
+            + "; ".join(parts) + f". The times measured are this host's, not {report['platform']}'s.")
 
 
 def _brief(exc: Exception) -> str:

@@ -70,6 +70,8 @@ class Manifest:
     outputs: tuple[TensorSpec, ...]
     stages: tuple[StageSpec, ...]
     predicted: dict[str, float]
+    platform: str | None = None   # the platform the plan was made for (export's platform.name)
+    instance: str | None = None
 
 
 def sha256_of(path: Path) -> str:
@@ -176,10 +178,16 @@ def load_manifest(folder: str | Path) -> Manifest:
         stages.append(StageSpec(s, tuple(groups), names(r.get(raw, "sends", fld), f"{fld}.sends")))
     _check_data_flow(r, inputs, outputs, stages)
     predicted = r.obj(r.get(doc, "predicted", ""), "predicted")
+    # optional (exports name them; a hand-made manifest may not): what the run warns about
+    platform = doc.get("platform")
+    platform_name = None if platform is None else r.string(r.get(r.obj(platform, "platform"), "name", "platform"),
+                                                           "platform.name")
+    instance = None if doc.get("instance") is None else r.string(doc["instance"], "instance")
     return Manifest(source=source, reference=reference, graph_optimization=graph_optimization, pus=pus,
                     inputs=inputs, outputs=outputs, stages=tuple(stages),
                     predicted={k: r.number(r.get(predicted, k, "predicted"), f"predicted.{k}")
-                               for k in ("period_ms", "latency_ms")})
+                               for k in ("period_ms", "latency_ms")},
+                    platform=platform_name, instance=instance)
 
 
 def _check_data_flow(r: Reader, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],

@@ -37,6 +37,9 @@ def load_mapping(name: str):
     path = Path(name)
     if path.suffix == ".json" and path.exists():
         return load_problem_file(path)
+    if path.suffix == ".onnx":
+        raise InputError(name, "instance", f"an ONNX model needs a profile first: `pipeplan instance {name} "
+                                           f"--out {path.stem}.json` (measures this host), then use {path.stem}.json")
     if name.startswith("khadas-vim3/"):
         file = INSTANCES_DIR / f"{name}.json"
         if file.exists():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipeplan.formulations.mapping.instance_io import load_problem_file
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
-from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.formulations.mapping.problem import MappingProblem, problem_from_graph
 from pipeplan.instances.paths import INSTANCES_DIR, PLATFORMS_DIR
 from pipeplan.profiles.roofline import calibrate, load_platform, roofline_profile
 
@@ -37,9 +37,4 @@ def operator_instance(platform: str, model: str) -> MappingProblem:
     if (platform, model) in CALIBRATION:
         totals = measured_totals(CALIBRATION[(platform, model)])
         profile = calibrate(profile, {p: t for p, t in totals.items() if p in profile.pus})
-    units = tuple(Unit(name=u, op=g.nodes[u]["op"], flops=float(g.nodes[u]["flops"]),
-                       param_bytes=float(g.nodes[u]["param_bytes"]), out_bytes=float(g.nodes[u]["out_bytes"]))
-                  for u in profile.units)
-    edges = tuple(Edge(a, b, float(d.get("bytes", 0.0))) for a, b, d in g.edges(data=True))
-    return MappingProblem(name=name, units=units, edges=edges, profile=profile,
-                          source=f"{light_model_path(model)} + {PLATFORMS_DIR / f'{platform}.json'}")
+    return problem_from_graph(g, profile, name, f"{light_model_path(model)} + {PLATFORMS_DIR / f'{platform}.json'}")

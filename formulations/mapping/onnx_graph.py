@@ -63,6 +63,20 @@ def light_model_path(name: str) -> Path:
     return LIGHT_DIR / f"light_{name}.onnx"
 
 
+def model_path(model: str | Path) -> Path:
+    """An ONNX file given by path, or by the name of a model shipped in the onnx wheel
+    (``squeezenet``): every command that takes a model takes both."""
+    path = Path(model)
+    if path.suffix == ".onnx" or path.exists():
+        if not path.is_file():
+            raise InputError(str(model), "model", "no such ONNX file")
+        return path
+    if str(model) in LIGHT_MODELS:
+        return light_model_path(str(model))
+    raise InputError(str(model), "model", f"neither an ONNX file nor a model of the onnx wheel "
+                                          f"({', '.join(LIGHT_MODELS)})")
+
+
 def load_onnx(path: str | Path) -> nx.DiGraph:
     """The operator DAG of the ONNX model at ``path`` (see the module docstring)."""
     return graph_from_model(read_model(path), str(path))

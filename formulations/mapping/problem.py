@@ -136,3 +136,18 @@ def restrict_pus(problem: MappingProblem, pus: tuple[str, ...]) -> MappingProble
                   input_stage=keep(prof.input_stage), output_stage=keep(prof.output_stage),
                   host_pu=prof.host_pu if prof.host_pu in pus else None)
     return replace(problem, profile=sub, name=f"{problem.name}[{','.join(pus)}]")
+
+
+def problem_from_graph(g, profile: Profile, name: str, source: str) -> MappingProblem:
+    """The mapping problem of an operator graph (``onnx_graph.load_onnx``) costed by ``profile``,
+    whose units are the graph's nodes (in the profile's order)."""
+    missing = [u for u in profile.units if u not in g.nodes]
+    if missing or len(profile.units) != g.number_of_nodes():
+        extra = missing or sorted(set(g.nodes) - set(profile.units))
+        raise InputError(profile.source or source, "units", f"the profile's units are not the model's operators "
+                         f"({len(profile.units)} units, {g.number_of_nodes()} operators; e.g. {extra[0]!r})")
+    units = tuple(Unit(name=u, op=g.nodes[u]["op"], flops=float(g.nodes[u]["flops"]),
+                       param_bytes=float(g.nodes[u]["param_bytes"]), out_bytes=float(g.nodes[u]["out_bytes"]))
+                  for u in profile.units)
+    edges = tuple(Edge(a, b, float(d.get("bytes", 0.0))) for a, b, d in g.edges(data=True))
+    return MappingProblem(name=name, units=units, edges=edges, profile=profile, source=source)

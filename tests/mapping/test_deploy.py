@@ -269,3 +269,43 @@ def test_deploy_loop_writes_the_table(tmp_path):
     plan = json.loads((tmp_path / "squeezenet" / "heft.result.json").read_text())["plan"]
     assert plan["instance"] == str(tmp_path / "squeezenet" / "instance.json")
     assert (tmp_path / "squeezenet" / "heft" / "manifest.json").is_file()
+
+
+def _solved_for(folder: Path, instance: str) -> Path:
+    path = folder / f"{instance.replace('/', '_')}.json"
+    path.write_text(pipeplan.solve(load_mapping(instance), "pipeline-dp").to_json())
+    return path
+
+
+def test_run_of_an_export_for_another_platform_warns_once(tmp_path):
+    """a311d's PUs (GPU, NPU, 4-thread big cluster) run here as ORT threads on this host's CPUs:
+    one stderr line says so and names what each PU ran on."""
+    out = tmp_path / "a311d"
+    assert cli("export", _solved_for(tmp_path, "a311d/squeezenet"), "--model", "squeezenet", "--out", out).returncode == 0
+    proc = cli("run", out, "--frames", 3, "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1, proc.stderr
+    assert "made for platform a311d" in warnings[0] and "CPU thread" in warnings[0]
+    for pu, rt in report["pus"].items():
+        threads = f"{rt['intra_op_threads']} thread"
+        assert f"{pu} on {'+'.join(rt['providers_used'])}, {threads}" in warnings[0]
+    assert report["platform"] == "a311d" and report["planned_for_this_host"] is False
+
+
+def test_run_reports_service_and_queueing_apart(tmp_path):
+    out = tmp_path / "host"
+    assert cli("export", _solved_for(tmp_path, "host/squeezenet"), "--model", "squeezenet", "--out", out).returncode == 0
+    proc = cli("run", out, "--frames", 4, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr     # planned for this host: nothing to warn about
+    report = json.loads(proc.stdout)
+    assert RUN_KEYS <= report.keys()        # the keys there were stay
+    for key in ("service_ms_median", "service_ms_p90", "queueing_ms_median", "queueing_ms_p90"):
+        assert report[key] >= 0, key
+    assert report["service_ms_median"] <= report["latency_ms_p90"] + 1e-9
+    text = cli("run", out, "--frames", 4)
+    assert text.returncode == 0, text.stderr
+    assert "service" in text.stdout and "queueing" in text.stdout
+    assert "the measured latency includes queueing" in text.stdout

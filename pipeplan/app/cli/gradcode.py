@@ -10,11 +10,13 @@ from typing import Optional
 
 import typer
 
+from pipeplan.app.cli.common import listed
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import staged_folder
 from pipeplan.core.sizes import check_memory
+from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Pipelined gradient coding: placements, verification, simulation, training.")
@@ -27,19 +29,20 @@ SIMULATE_BYTES_PER_STEP = 24
 VERIFY_BYTES_PER_SET_AND_WORKER = 32
 TRAIN_BYTES_PER_STEP = 256
 
-SCHEME_HELP = "fr, cr, pgc-fr, pgc-cr, solver (training also: uncoded, gc-fr, gc-cr, ignore-sgd, ignore-gc)"
+SCHEME_HELP = listed("training schemes")
 
 _n = typer.Option(None, "--n", help="workers (default: the instance's)")
 _s = typer.Option(None, "--s", help="stragglers to tolerate (default: the instance's)")
 _instance = typer.Option(None, "--instance", help="gradcode instance name or problem JSON file")
-_seed = typer.Option(0, "--seed")
+_seed = typer.Option(0, "--seed", help="seed of the random choices (CR's matrices, delays, weights)")
 _decoder = typer.Option(None, "--decoder", help="pgc-cr only: lstsq (exact) or linear (as published)")
 _tries = typer.Option(8, "--tries", help="CR: random H matrices to try (the best conditioned is kept)")
-_backend = typer.Option("cpsat", "--solver-backend", help="scheme solver: cpsat or milp")
-_objective = typer.Option("expected", "--objective", help="scheme solver: expected or worst step time")
+_backend = typer.Option("cpsat", "--solver-backend", help=f"scheme solver: {listed('gradcode exact solvers')}")
+_objective = typer.Option("expected", "--objective",
+                          help=f"scheme solver: {' or '.join(GRADCODE_OBJECTIVES)} step time")
 _limit = typer.Option(30.0, "--time-limit", help="seconds for the scheme solver, and for CR's seed search (--tries)")
 _pipelined = typer.Option(False, "--pipelined", help="scheme solver without --instance: one partition per step")
-_delay = typer.Option(None, "--delay", help="none, exponential, shifted-exponential, pareto, markov, trace "
+_delay = typer.Option(None, "--delay", help=f"straggler delay model: {listed('straggler models')} "
                                              "(default: the instance's, else exponential)")
 _mean = typer.Option(None, "--mean", help="mean extra delay of a straggler (s; default 1)")
 _shift = typer.Option(None, "--shift", help="shifted-exponential: fixed part of the delay (s; default 0)")
@@ -171,7 +174,7 @@ def verify_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEM
                seed: int = _seed, tries: int = _tries, decoder: Optional[str] = _decoder,
                samples: int = typer.Option(20_000, "--samples", help="straggler sets to sample past exhaustive"),
                max_sets: int = typer.Option(250_000, "--max-sets", help="most sets to enumerate exhaustively"),
-               as_json: bool = typer.Option(False, "--json")):
+               as_json: bool = typer.Option(False, "--json", help="print the result as one JSON line")):
     """Decode from every straggler set of size s (exhaustive up to n = 24): worst residual and
     condition number. Exit status 1 when some set does not decode exactly."""
     from pipeplan.formulations.gradcode.verifier import verify
@@ -227,12 +230,14 @@ def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler
 def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME_HELP),
                  code_file: Optional[Path] = typer.Option(None, "--code", help="a code JSON (place --out)"),
                  n: Optional[int] = _n, s: Optional[int] = _s, instance: Optional[str] = _instance,
-                 steps: int = typer.Option(100_000, "--steps"), seed: int = _seed, tries: int = _tries,
+                 steps: int = typer.Option(100_000, "--steps", help="steps to simulate"), seed: int = _seed,
+                 tries: int = _tries,
                  decoder: Optional[str] = _decoder, delay: Optional[str] = _delay, mean: Optional[float] = _mean,
                  shift: Optional[float] = _shift, scale: Optional[float] = _scale, alpha: Optional[float] = _alpha,
                  stay: Optional[float] = _stay,
                  trace: Optional[Path] = _trace, prob: Optional[float] = _prob,
-                 partition_time: Optional[float] = _ptime, as_json: bool = typer.Option(False, "--json"),
+                 partition_time: Optional[float] = _ptime,
+                 as_json: bool = typer.Option(False, "--json", help="print the statistics as one JSON line"),
                  out: Optional[Path] = typer.Option(None, "--out", help="write the step-time histogram (CSV) here")):
     """Virtual-time step times (no training) under a straggler model: mean, tail, histogram."""
     import numpy as np
@@ -270,14 +275,18 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
               code_file: Optional[Path] = typer.Option(None, "--code", help="a code JSON (place --out)"),
               backend: str = typer.Option("sim", "--backend", help="sim (virtual time) or ray (actors)"),
               n: Optional[int] = _n, s: Optional[int] = _s, instance: Optional[str] = _instance,
-              model: str = typer.Option("softmax", "--model", help="softmax or mlp"),
-              steps: int = typer.Option(200, "--steps"), lr: Optional[float] = typer.Option(None, "--lr"),
+              model: str = typer.Option("softmax", "--model", help=f"model: {listed('gradcode models')}"),
+              steps: int = typer.Option(200, "--steps", help="training steps"),
+              lr: Optional[float] = typer.Option(None, "--lr", help="learning rate, > 0 (default per model: "
+                                                 f"{listed('default lr')})"),
               seed: int = _seed, tries: int = _tries, decoder: Optional[str] = _decoder,
               delay: Optional[str] = _delay, mean: Optional[float] = _mean, shift: Optional[float] = _shift,
               scale: Optional[float] = _scale, alpha: Optional[float] = _alpha, stay: Optional[float] = _stay, trace: Optional[Path] = _trace,
               prob: Optional[float] = _prob, partition_time: Optional[float] = _ptime,
               time_scale: float = typer.Option(0.02, "--time-scale", help="ray: real seconds per virtual second"),
-              target_loss: Optional[float] = typer.Option(None, "--target-loss"),
+              target_loss: Optional[float] = typer.Option(None, "--target-loss",
+                                                          help="training loss to reach: also report the virtual "
+                                                               "time and steps until the loss first gets there"),
               out: Optional[Path] = typer.Option(None, "--out", help="write the run (loss and time per step) here")):
     """Train softmax regression or an MLP on the digits with a scheme's stale-gradient updates."""
     from pipeplan.core.io import write_json
@@ -322,9 +331,9 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
 
 
 @app.command("study")
-def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out"),
+def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out", help="folder of the study's tables and plots"),
               steps: int = typer.Option(250, "--steps", help="training steps per run"),
-              models: str = typer.Option("softmax,mlp", "--models"),
+              models: str = typer.Option("softmax,mlp", "--models", help=f"comma list of: {listed('gradcode models')}"),
               time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per assignment solve"),
               quick: bool = typer.Option(False, "--quick", help="softmax only, s = 2, delay mean 1 s; short solves")):
     """Write results/gradcode/: time to target loss, loss-vs-time plots, solver vs FR/CR, timings."""

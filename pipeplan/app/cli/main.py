@@ -13,23 +13,49 @@ from typing import Optional
 
 import typer
 
+from pipeplan.app.cli.common import Group, listed
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.app.cli.gradcode import app as gradcode_app
+from pipeplan.app.cli.instance import instance_cmd
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError, SolverFailure
 from pipeplan.core.io import staged_folder
 from pipeplan.core.sizes import check_memory
-from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS
+from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS, SYSTEMS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
 app.add_typer(gradcode_app, name="gradcode")
 app.add_typer(rollout_app, name="rollout")
+app.command("instance")(instance_cmd)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import pipeplan
+        typer.echo(f"pipeplan {pipeplan.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="print the version and exit")):
+    """pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission)."""
 
 
 # Peak memory of one bench run's process (results/limits.md: 60-200 MB on the quick suite's sizes)
 BENCH_BYTES_PER_JOB = 256 << 20
+
+# help shared by several commands ({...}: filled in from the registry when help is shown)
+INSTANCE_HELP = (f"mapping instance: {listed('mapping instances')}; or an instance JSON file "
+                 "(your own model: `pipeplan instance MODEL --out FILE`)")
+SOLVERS_HELP = f"comma list of mapping solvers: {listed('mapping solvers')}"
+SEED_HELP = "seed of the solvers' random choices (same seed, same result)"
+THREADS_HELP = "threads of each exact solver (CP-SAT, MILP); the heuristics use one"
+AXES_HELP = ", ".join(MAPPING_AXES)
+BOUND_KEYS = ", ".join(MAPPING_KEYS.values())
+PARETO_SOLVERS = ("exact", "nsga2")
 
 
 def _emit(obj) -> None:
@@ -37,7 +63,7 @@ def _emit(obj) -> None:
 
 
 @app.command("instances")
-def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help="mapping, gradcode or rollout")):
+def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help=f"only this system: {', '.join(SYSTEMS)}")):
     """List the named instances of every system."""
     from pipeplan.app.bench import catalogue
     from pipeplan.core.vocabulary import SYSTEMS
@@ -86,13 +112,15 @@ def _parse_bounds(items: list[str]) -> dict[str, float]:
 
 
 @app.command("solve")
-def solve_cmd(instance: str = typer.Argument(..., help="instance name or instance file"),
-              solver: str = typer.Option(..., "--solver", help="solver name (see `pipeplan solvers`)"),
+def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
+              solver: str = typer.Option(..., "--solver", help=f"mapping solver: {listed('mapping solvers')} "
+                                                              "(parameters: `pipeplan solvers --params`)"),
               time_limit: Optional[float] = typer.Option(None, "--time-limit", help="seconds"),
-              seed: int = typer.Option(0, "--seed"),
-              threads: int = typer.Option(1, "--threads"),
-              objective: str = typer.Option("period", "--objective", help="period, latency or energy"),
-              bound: list[str] = typer.Option([], "--bound", help="epsilon bound, e.g. latency_ms=120 (exact solvers)"),
+              seed: int = typer.Option(0, "--seed", help=SEED_HELP),
+              threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
+              objective: str = typer.Option("period", "--objective", help=f"objective to minimise: {AXES_HELP}"),
+              bound: list[str] = typer.Option([], "--bound", help="epsilon bound (exact solvers; repeatable), KEY=X "
+                                              f"with KEY one of {BOUND_KEYS}, e.g. latency_ms=120"),
               pus: Optional[str] = typer.Option(None, "--pus", help="use only these PUs, e.g. B,G"),
               shared_pus: bool = typer.Option(False, "--shared-pus", help="a PU may serve several stages (cpsat)"),
               out: Optional[Path] = typer.Option(None, "--out", help="write the SolveResult JSON here")):
@@ -123,13 +151,23 @@ def solve_cmd(instance: str = typer.Argument(..., help="instance name or instanc
     if out:
         write_atomic(out, text)
         o = result.objectives
+        energy = f"{o.get('energy_mj', float('nan')):.1f} mJ" if _has_power(problem.profile) else "n/a"
         typer.echo(f"{result.solver}: {result.termination.value}/{result.quality.value} period "
                    f"{o.get('period_ms', float('nan')):.2f} ms, latency {o.get('latency_ms', float('nan')):.2f} ms, "
-                   f"energy {o.get('energy_mj', float('nan')):.1f} mJ -> {out}")
+                   f"energy {energy} -> {out}")
     else:
         typer.echo(text, nl=False)
     if result.termination.value == "error":
         raise typer.Exit(1)
+
+
+def _has_power(profile) -> bool:
+    """Whether the profile holds any power figure. One without (a host measured by `pipeplan
+    profile` times nodes only) scores every plan 0 mJ, which is no energy figure."""
+    phases = (ph for table in (profile.input_stage, profile.output_stage) for by in table.values() for ph in by.values())
+    return (any(v for by in profile.power_mw.values() for values in by.values() for v in values)
+            or any(pu.idle_power_mw for pu in profile.pus.values())
+            or any(ph.power_mw for ph in phases) or bool(profile.transfers.power_mw))
 
 
 def _solver_list(text: str) -> list[str]:
@@ -143,10 +181,11 @@ def _solver_list(text: str) -> list[str]:
 
 
 @app.command("compare")
-def compare_cmd(instance: str = typer.Argument(...),
-                solvers: str = typer.Option("single,heft,pipeline-dp,nsga2,cpsat,milp", "--solvers"),
+def compare_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
+                solvers: str = typer.Option("single,heft,pipeline-dp,nsga2,cpsat,milp", "--solvers", help=SOLVERS_HELP),
                 time_limit: float = typer.Option(30.0, "--time-limit", help="seconds per solver"),
-                threads: int = typer.Option(2, "--threads"), seed: int = typer.Option(0, "--seed"),
+                threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
+                seed: int = typer.Option(0, "--seed", help=SEED_HELP),
                 out: Optional[Path] = typer.Option(None, "--out", help="folder (default results/compare/<instance>)")):
     """Run several solvers on one instance: table (period, latency, energy, gap, time, status) + Pareto plot."""
     from pipeplan.app.studies.mapping import compare, slug
@@ -162,37 +201,48 @@ def compare_cmd(instance: str = typer.Argument(...),
 
 
 @app.command("pareto")
-def pareto_cmd(instance: str = typer.Argument(...),
-               x: str = typer.Option("period", "--x"), y: str = typer.Option("latency", "--y"),
-               time_limit: float = typer.Option(60.0, "--time-limit", help="seconds for the whole sweep"),
-               threads: int = typer.Option(2, "--threads"), seed: int = typer.Option(0, "--seed"),
+def pareto_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
+               x: str = typer.Option("period", "--x", help=f"objective on the x axis: {AXES_HELP}"),
+               y: str = typer.Option("latency", "--y", help=f"objective on the y axis: {AXES_HELP} (other than --x)"),
+               solver: str = typer.Option("exact", "--solver", help="exact (epsilon-constraint sweep over CP-SAT, "
+                                          "points proven) or nsga2 (NSGA-II front, for operator graphs too large "
+                                          "for the sweep; not proven)"),
+               time_limit: float = typer.Option(60.0, "--time-limit", help="seconds for the whole sweep (or NSGA-II run)"),
+               threads: int = typer.Option(2, "--threads", help="threads of CP-SAT in the exact sweep (NSGA-II uses one)"),
+               seed: int = typer.Option(0, "--seed", help=SEED_HELP),
                out: Optional[Path] = typer.Option(None, "--out", help="folder (default results/pareto/<instance>)")):
-    """Exact Pareto front of two objectives by an epsilon-constraint sweep (CSV + PNG)."""
+    """Pareto front of two objectives (CSV + PNG): exact by an epsilon-constraint sweep, or NSGA-II's."""
     from pipeplan.app.studies.mapping import pareto, slug
     from pipeplan.instances.catalog import load_mapping
 
     for name, v in (("--x", x), ("--y", y)):
         if v not in MAPPING_AXES:
-            raise InputError(name, "", f"unknown objective {v!r} (period, latency, energy)")
+            raise InputError(name, "", f"unknown objective {v!r} ({AXES_HELP})")
     if x == y:
         raise InputError("--y", "", "must differ from --x")
+    if solver not in PARETO_SOLVERS:
+        raise InputError("--solver", "", f"unknown front solver {solver!r} ({', '.join(PARETO_SOLVERS)})")
     check_limits(time_limit, threads)
     problem = load_mapping(instance)
     folder = out or Path("results") / "pareto" / slug(problem.name)
     with staged_folder(folder) as stage, _progress(f"pareto {problem.name}") as progress:
-        front = pareto(problem, x, y, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
-    kx, ky = ("energy_mj" if a == "energy" else f"{a}_ms" for a in (x, y))
+        front = pareto(problem, x, y, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress,
+                       solver=solver)
+    kx, ky = MAPPING_KEYS[x], MAPPING_KEYS[y]
     for p in front["points"]:
         typer.echo(f"{kx}={p['objectives'][kx]:.3f}  {ky}={p['objectives'][ky]:.3f}  proven={p['proven']}")
     state = "complete" if front["complete"] else "partial (time limit)"
+    if solver == "nsga2":
+        state = "NSGA-II front (not proven), " + ("all generations run" if front["complete"] else "stopped by the time limit")
     typer.echo(f"{len(front['points'])} points, {state} -> {folder}/front_{x}_{y}.csv, .png")
 
 
 @app.command("study")
-def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out"),
-              solvers: str = typer.Option("single,heft,pipeline-dp,nsga2,cpsat,milp", "--solvers"),
-              time_limit: float = typer.Option(60.0, "--time-limit"), threads: int = typer.Option(2, "--threads"),
-              seed: int = typer.Option(0, "--seed"),
+def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out", help="folder of the study's tables and figures"),
+              solvers: str = typer.Option("single,heft,pipeline-dp,nsga2,cpsat,milp", "--solvers", help=SOLVERS_HELP),
+              time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per solver run"),
+              threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
+              seed: int = typer.Option(0, "--seed", help=SEED_HELP),
               instances: Optional[str] = typer.Option(None, "--instances", help="comma list (default: the study set)")):
     """The mapping study committed under results/mapping/ (tables, fronts, energy efficiency)."""
     from pipeplan.app.studies.mapping import STUDY_INSTANCES, study
@@ -211,7 +261,7 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out"),
 
 
 @app.command("evaluate")
-def evaluate_cmd(instance: str = typer.Argument(..., help="instance name or instance file"),
+def evaluate_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
                  mapping: Optional[str] = typer.Option(None, "--mapping", help="one PU letter per unit, e.g. GGGGBBBBBBG"),
                  plan: Optional[Path] = typer.Option(None, "--plan", help="a plan or SolveResult JSON file"),
                  batch: Optional[Path] = typer.Option(None, "--batch", help="CSV with columns mapping, mode, freq"),
@@ -236,19 +286,22 @@ def evaluate_cmd(instance: str = typer.Argument(..., help="instance name or inst
 
 
 @app.command("profile")
-def profile_cmd(model: Path = typer.Argument(..., help="ONNX model file"),
+def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of the onnx wheel (e.g. squeezenet)"),
                 out: Optional[Path] = typer.Option(None, "--out", help="profile JSON to write"),
-                runs: int = typer.Option(10, "--runs", min=1), warmup: int = typer.Option(3, "--warmup", min=0),
+                runs: int = typer.Option(10, "--runs", min=1, help="timed runs (each node's median is kept)"),
+                warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs before them"),
                 pus: str = typer.Option("C0,C1", "--pus", help="names of the identical host PUs")):
     """Measure the host with ONNX Runtime per-node profiling (median per node)."""
     from pipeplan.core.io import write_json
+    from pipeplan.formulations.mapping.onnx_graph import model_path
     from pipeplan.profiles.ort_profiler import profile_host
 
     names = tuple(p.strip() for p in pus.split(",") if p.strip())
     if not names:
         raise InputError("--pus", "", "no PU names")
-    with _progress(f"profiling {model.name}") as progress:
-        prof = profile_host(model, pus=names, runs=runs, warmup=warmup, progress=progress)
+    path = model_path(model)
+    with _progress(f"profiling {path.name}") as progress:
+        prof = profile_host(path, pus=names, runs=runs, warmup=warmup, progress=progress)
     doc = prof.to_dict()
     if out:
         write_json(out, doc)
@@ -259,8 +312,9 @@ def profile_cmd(model: Path = typer.Argument(..., help="ONNX model file"),
 
 
 @app.command("import-khadas")
-def import_khadas_cmd(src: Path = typer.Option(Path("../shared/data/khadas-vim3"), "--src"),
-                      repo: Path = typer.Option(Path("."), "--repo")):
+def import_khadas_cmd(src: Path = typer.Option(Path("../shared/data/khadas-vim3"), "--src",
+                                               help="folder of the raw Khadas VIM3 measurements (layers_dvfs.csv, ...)"),
+                      repo: Path = typer.Option(Path("."), "--repo", help="repository root to write profiles/ and instances/ in")):
     """Derive profiles/, instances/ files from the raw Khadas VIM3 measurements (run once)."""
     from pipeplan.profiles.khadas_import import import_khadas
     if not (src / "layers_dvfs.csv").exists():
@@ -270,7 +324,7 @@ def import_khadas_cmd(src: Path = typer.Option(Path("../shared/data/khadas-vim3"
 
 
 @app.command("bench")
-def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or TOML file"),
+def bench_cmd(suite: str = typer.Option("quick", "--suite", help=f"suite name ({listed('bench suites')}) or TOML file"),
               engine: str = typer.Option("local", "--engine", help="local processes or ray"),
               jobs: int = typer.Option(1, "--jobs", min=1, help="runs at once (each uses one thread)"),
               time_limit: Optional[float] = typer.Option(None, "--time-limit",
@@ -299,7 +353,7 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help="suite name or 
 
 @app.command("limits")
 def limits_cmd(out: Path = typer.Option(Path("results/limits.md"), "--out", help="the Markdown report"),
-               systems: str = typer.Option("mapping,gradcode,rollout", "--systems", help="comma list"),
+               systems: str = typer.Option("mapping,gradcode,rollout", "--systems", help=f"comma list of: {listed('limits systems')}"),
                limits: str = typer.Option("3,30", "--limits", help="time limits to try (s), comma list")):
     """Benchmark the time-limit guarantee: whole-process wall time and peak memory of every exact
     solver and NSGA-II on synthetic instances of growing size (one process per run)."""
@@ -368,9 +422,12 @@ def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan 
             seed: int = typer.Option(0, "--seed", help="seed of the random input frames"),
             as_json: bool = typer.Option(False, "--json", help="print the whole report as JSON")):
     """Run an export as a pipeline on ONNX Runtime: throughput, latency, PU busy share, output check."""
-    from pipeplan.deploy.executor import run_export
+    from pipeplan.deploy.executor import platform_warning, run_export
     with _progress(f"run {folder.name}") as progress:
         report = run_export(folder, frames=frames, seed=seed, progress=progress)
+    warning = platform_warning(report)
+    if warning:
+        typer.echo(warning, err=True)
     if as_json:
         _emit(report)
     else:
@@ -378,6 +435,9 @@ def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan 
                    f"{report['predicted_period_ms']:.2f} ms predicted ({report['throughput_fps']:.1f} fps); "
                    f"latency median {report['latency_ms_median']:.2f} ms, p90 {report['latency_ms_p90']:.2f} ms / "
                    f"{report['predicted_latency_ms']:.2f} ms predicted")
+        typer.echo(f"of the latency (median): service {report['service_ms_median']:.2f} ms computing in the "
+                   f"stages, queueing {report['queueing_ms_median']:.2f} ms waiting between them; the measured "
+                   "latency includes queueing, the predicted one does not")
         typer.echo("busy: " + ", ".join(f"{pu} {share:.0%}" for pu, share in report["pu_busy_share"].items())
                    + f"; outputs match the unsplit model: {'yes' if report['outputs_match'] else 'NO'}")
     if not report["outputs_match"]:
@@ -385,13 +445,13 @@ def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan 
 
 
 @app.command("deploy-loop")
-def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--models", help="models of the onnx wheel"),
-                    out: Path = typer.Option(Path("results/deploy"), "--out"),
-                    solvers: str = typer.Option("single,pipeline-dp,heft,cpsat", "--solvers"),
-                    frames: int = typer.Option(200, "--frames"),
+def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--models", help="comma-separated ONNX files or models of the onnx wheel"),
+                    out: Path = typer.Option(Path("results/deploy"), "--out", help="folder of deploy.md and deploy.csv"),
+                    solvers: str = typer.Option("single,pipeline-dp,heft,cpsat", "--solvers", help=SOLVERS_HELP),
+                    frames: int = typer.Option(200, "--frames", help="frames streamed through each export"),
                     runs: int = typer.Option(10, "--runs", help="profiling runs per model"),
                     cpsat_time_limit: float = typer.Option(30.0, "--cpsat-time-limit", help="seconds per exact solve"),
-                    seed: int = typer.Option(0, "--seed")):
+                    seed: int = typer.Option(0, "--seed", help="seed of the solvers, random weights and input frames")):
     """Profile the host, solve, export, run: predicted vs measured period and latency (CSV + markdown)."""
     from pipeplan.app.studies.deploy_loop import deploy_loop
     names = [m.strip() for m in models.split(",") if m.strip()]
@@ -423,7 +483,14 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         # usage errors of typer's bundled click (bad option values, missing arguments)
         if type(exc).__module__.endswith("click.exceptions") and hasattr(exc, "format_message"):
-            typer.echo(f"error: {exc.format_message()}".replace("\n", " "), err=True)
+            message = exc.format_message().strip()
+            if type(exc).__name__ == "NoArgsIsHelpError" or not message:
+                # a group run without a command: the help is the answer (rich printed it already;
+                # plain click hands it over as the message), not an empty `error: ` line
+                if message:
+                    typer.echo(message)
+                sys.exit(2)
+            typer.echo(f"error: {message}".replace("\n", " "), err=True)
             sys.exit(2)
         raise
 

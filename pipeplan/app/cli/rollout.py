@@ -16,6 +16,7 @@ from typing import Optional
 
 import typer
 
+from pipeplan.app.cli.common import listed
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
@@ -63,7 +64,8 @@ def _names(text: str) -> list[str]:
 
 # options shared by the commands that take one round
 INSTANCE = typer.Argument(None, help="catalogue name (rollout/lsat-ar-R32) or a .json/.csv/.jsonl file")
-WORKLOAD = typer.Option(None, "--workload", help="preset: lsat-ar, sci-xw, sci-jl, olyphys")
+WORKLOAD_HELP = f"workload preset: {listed('rollout workloads')}"
+WORKLOAD = typer.Option(None, "--workload", help=WORKLOAD_HELP)
 R_OPT = typer.Option(None, "--R", help="groups (prompts) per round")
 K_OPT = typer.Option(8, "--K", help="samples per group")
 SEED = typer.Option(0, "--seed", help="seed of the response lengths and arrival order")
@@ -72,11 +74,15 @@ TRACE = typer.Option(None, "--trace", help="CSV/JSONL trace: prompt_id, sample_i
 KVCAP = typer.Option(None, "--kv-capacity", help="override the engine's KV capacity (tokens)")
 SEQS = typer.Option(None, "--max-num-seqs", help="override the engine's max running sequences")
 JITTER = typer.Option(None, "--jitter", help="arrival jitter in groups (0 = group-major)")
+THREADS_HELP = "threads of CP-SAT"
+FRONTIER_HELP = "F_w, groups (fgd-*)"
 
 
 @rollout_app.command("simulate")
-def simulate_cmd(instance: Optional[str] = INSTANCE, policy: str = typer.Option("fgd-soft", "--policy"),
-                 frontier: int = typer.Option(2, "--frontier", min=1, help="F_w, groups (fgd-*)"),
+def simulate_cmd(instance: Optional[str] = INSTANCE,
+                 policy: str = typer.Option("fgd-soft", "--policy", help=f"online policy: {listed('rollout policies')} "
+                                            "(the offline optimum: `pipeplan rollout optimum`)"),
+                 frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
                  workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
                  max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                  kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
@@ -116,11 +122,12 @@ def simulate_cmd(instance: Optional[str] = INSTANCE, policy: str = typer.Option(
 
 @rollout_app.command("compare")
 def compare_cmd(instance: Optional[str] = INSTANCE,
-                policies: str = typer.Option(ALL, "--policies", help="comma list, or all"),
+                policies: str = typer.Option(ALL, "--policies", help=f"comma list of {listed('rollout policies')}; "
+                                             f"or {ALL}"),
                 offline: bool = typer.Option(False, "--offline", help="also run the CP-SAT offline optimum"),
                 time_limit: float = typer.Option(30.0, "--time-limit", help="seconds for CP-SAT"),
-                threads: int = typer.Option(1, "--threads"),
-                frontier: int = typer.Option(2, "--frontier", min=1),
+                threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
+                frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
                 workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
                 max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                 kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
@@ -147,7 +154,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
 @rollout_app.command("optimum")
 def optimum_cmd(instance: Optional[str] = INSTANCE,
                 time_limit: float = typer.Option(60.0, "--time-limit", help="seconds"),
-                threads: int = typer.Option(2, "--threads"),
+                threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
                 linear: bool = typer.Option(False, "--linear", help="linearize the engine first (exact offline model)"),
                 workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
                 max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
@@ -186,12 +193,14 @@ def _floats(text: str, name: str) -> list[float]:
 
 
 @rollout_app.command("sweep")
-def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = typer.Option(32, "--R"),
+def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOAD_HELP),
+              R: int = typer.Option(32, "--R", help="groups (prompts) per round"),
               seed: int = SEED, rhos: str = typer.Option("0.25,0.5,1,2,4", "--rhos", help="comma list"),
               engines: str = typer.Option("real,linear", "--engines", help="real, linear, or both"),
               time_limit: float = typer.Option(20.0, "--time-limit", help="seconds per CP-SAT run"),
-              threads: int = typer.Option(1, "--threads"), frontier: int = typer.Option(2, "--frontier", min=1),
-              out: Path = typer.Option(Path("results/rollout"), "--out")):
+              threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
+              frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
+              out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of sweep.csv, sweep.md, regime.png")):
     """rho sweep (total trainer time / rollout makespan): best policy and each policy's ratio to
     the optimum per regime; writes sweep.csv, sweep.md and regime.png."""
     from pipeplan.app.studies.rollout import SWEEP_COLUMNS, sweep, sweep_markdown
@@ -223,9 +232,11 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload"), R: int = ty
 def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds per setting"),
                   as_json: bool = typer.Option(False, "--json", help="print one JSON record per setting"),
                   max_response: Optional[int] = MAXR, jitter: Optional[float] = JITTER,
-                  frontier: int = typer.Option(2, "--frontier", min=1),
-                  sensitivity: bool = typer.Option(True, "--sensitivity/--no-sensitivity"),
-                  out: Path = typer.Option(Path("results/rollout"), "--out")):
+                  frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
+                  sensitivity: bool = typer.Option(True, "--sensitivity/--no-sensitivity",
+                                                   help="also write the sensitivity table (or not)"),
+                  out: Path = typer.Option(Path("results/rollout"), "--out",
+                                           help="folder of reproduction.md/.csv and the Gantt charts")):
     """The 12 settings of the paper (4 workloads x R in {32, 64, 96}): reductions of CGP and
     CGP+FGD vs the synchronous baseline next to the paper's bands; writes reproduction.md/.csv
     and a Gantt chart of one round."""

@@ -26,14 +26,13 @@ from pipeplan.core.registry import get_solver
 from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.export import export_plan
-from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
+from pipeplan.formulations.mapping.onnx_graph import model_path
 from pipeplan.formulations.mapping.plan import plan_from_dict
-from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.instances.catalog import load_mapping
+from pipeplan.instances.from_model import model_instance
 from pipeplan.instances.paths import PLATFORMS_DIR
-from pipeplan.profiles.ort_profiler import profile_host
 
-HOST_PUS = ("C0", "C1")
 DEFAULT_SOLVERS = ("single", "pipeline-dp", "heft", "cpsat")
 COLUMNS = ("model", "solver", "termination", "stages", "groups", "predicted_period_ms", "measured_period_ms",
            "period_ratio", "predicted_latency_ms", "measured_latency_ms", "latency_ms_p90", "latency_ratio",
@@ -64,21 +63,18 @@ CAVEATS = """\
 """
 
 
+def model_label(model: str) -> str:
+    """The row label and folder name of a model: its name in the onnx wheel, or its file's stem."""
+    return Path(model).stem if Path(model).suffix == ".onnx" else model
+
+
 def host_instance(model: str, folder: Path, *, runs: int, warmup: int) -> MappingProblem:
-    """Profile ``model`` (a model of the onnx wheel) on this host and write profile.json and
-    instance.json into ``folder``; returns the instance as loaded back from its file."""
-    path = light_model_path(model)
-    profile = profile_host(path, pus=HOST_PUS, runs=runs, warmup=warmup)
-    write_json(folder / "profile.json", profile.to_dict())
-    g = load_onnx(path)
+    """Profile ``model`` (an ONNX file or a model of the onnx wheel) on this host and write
+    profile.json and instance.json into ``folder``; returns the instance as loaded back from its
+    file (its name is that file's path)."""
     instance_file = folder / "instance.json"
-    problem = MappingProblem(
-        name=str(instance_file),
-        units=tuple(Unit(name=u, op=g.nodes[u]["op"], flops=float(g.nodes[u]["flops"]),
-                         param_bytes=float(g.nodes[u]["param_bytes"]), out_bytes=float(g.nodes[u]["out_bytes"]))
-                    for u in profile.units),
-        edges=tuple(Edge(a, b, float(d.get("bytes", 0.0))) for a, b, d in g.edges(data=True)),
-        profile=profile, source=f"{path} + ONNX Runtime host profile")
+    problem = model_instance(model, name=str(instance_file), runs=runs, warmup=warmup)
+    write_json(folder / "profile.json", problem.profile.to_dict())
     write_json(instance_file, problem.to_dict())
     load_mapping.cache_clear()  # the file may have been rewritten since an earlier load
     return load_mapping(str(instance_file))
@@ -95,11 +91,11 @@ def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFA
     for name in solvers:
         get_solver("mapping", name)  # unknown names fail before any work
     for model in models:
-        light_model_path(model)
+        model_path(model)
     rows: list[dict] = []
     total, step = len(models) * (1 + len(solvers)), 0
     for model in models:
-        folder = out / model
+        folder = out / model_label(model)
         if progress:
             progress(step, total, f"{model}: profiling")
         problem = host_instance(model, folder, runs=runs, warmup=warmup)
@@ -110,7 +106,7 @@ def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFA
                 progress(step, total, f"{model}: {solver}")
             rows.append(_one_solver(problem, model, solver, folder, best, frames=frames, seed=seed,
                                     cpsat_time_limit=cpsat_time_limit))
-            ok = [r for r in rows if r["model"] == model and r["plan"] is not None]
+            ok = [r for r in rows if r["model"] == model_label(model) and r["plan"] is not None]
             best = min(ok, key=lambda r: r["predicted_period_ms"])["plan"] if ok else None
             step += 1
     if progress:
@@ -128,10 +124,10 @@ def _one_solver(problem: MappingProblem, model: str, solver: str, folder: Path, 
     result = pipeplan.solve(problem, solver, time_limit=cpsat_time_limit if exact else None, seed=seed,
                             threads=2, warm_start=warm_start if exact else None)
     result_file = write_atomic(folder / f"{solver}.result.json", result.to_json())
-    row = {"model": model, "solver": solver, "termination": result.termination.value, "plan": None}
+    row = {"model": model_label(model), "solver": solver, "termination": result.termination.value, "plan": None}
     if not result.plan:
         return row
-    manifest = export_plan(result_file, light_model_path(model), folder / solver,
+    manifest = export_plan(result_file, model_path(model), folder / solver,
                            platform_file=PLATFORMS_DIR / "host.json", seed=seed)
     report = run_export(folder / solver, frames=frames, seed=seed)
     write_json(folder / f"{solver}.run.json", report)

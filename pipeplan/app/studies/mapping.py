@@ -123,14 +123,35 @@ def hv_ratios(problem, exact_points: list[dict], approx: dict[str, list[dict]]) 
     return {"ref": [round(v, 6) for v in ref], "ratios": ratios}
 
 
-def pareto(problem, x: str, y: str, out: Path, *, time_limit: float, threads: int, seed: int, progress=None) -> dict:
+def pareto(problem, x: str, y: str, out: Path, *, time_limit: float, threads: int, seed: int, progress=None,
+           solver: str = "exact") -> dict:
+    """The (x, y) front into ``out`` (CSV, JSON, PNG). ``solver="exact"``: the epsilon-constraint
+    sweep, points proven where marked; ``"nsga2"``: NSGA-II's front, for operator graphs where the
+    sweep is too slow, every point ``proven=False`` (a heuristic proves nothing)."""
     from pipeplan.solvers.mapping.exact_front import exact_front
 
+    stem = f"front_{x}_{y}"
+    if solver == "nsga2":
+        if progress:
+            progress(0, 1, "NSGA-II")
+        r = pipeplan.solve(problem, "nsga2", time_limit=time_limit, seed=seed, objectives=(x, y))
+        if r.termination.value == "error" or not r.front:
+            raise SolverFailure(f"{problem.name}: NSGA-II {x}/{y} front", r.message or "no front")
+        points = sorted(({**p, "proven": False} for p in r.front), key=lambda p: p["objectives"][AXES[x]])
+        front = {"axes": [x, y], "solver": "nsga2", "points": points,
+                 "complete": r.termination.value == "completed", "wall_time_s": r.wall_time_s}
+        if progress:
+            progress(1, 1, f"{len(points)} points")
+        write_atomic(out / f"{stem}.csv", front_csv(front["points"], x, y))
+        write_json(out / f"{stem}.json", front)
+        pareto_plot(out / f"{stem}.png", f"{problem.name}: NSGA-II front (not proven), {x} vs {y}", AXES[x], AXES[y],
+                    approx={"NSGA-II": [p["objectives"] for p in points]})
+        return front
     try:
         front = exact_front(problem, x, y, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
     except Exception as exc:
         raise SolverFailure(f"{problem.name}: exact {x}/{y} front", f"{type(exc).__name__}: {exc}") from None
-    stem = f"front_{x}_{y}"
+    front["solver"] = "exact"
     write_atomic(out / f"{stem}.csv", front_csv(front["points"], x, y))
     write_json(out / f"{stem}.json", front)
     pareto_plot(out / f"{stem}.png", f"{problem.name}: exact {x} vs {y} front", AXES[x], AXES[y],

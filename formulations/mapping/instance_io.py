@@ -11,6 +11,7 @@ from typing import Any
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.formulations.mapping.profile import SCHEMA as PROFILE_SCHEMA
 from pipeplan.formulations.mapping.profile import load_profile, profile_from_dict
 
 INSTANCE_SCHEMA = "pipeplan.mapping-instance/1"
@@ -19,6 +20,9 @@ INSTANCE_SCHEMA = "pipeplan.mapping-instance/1"
 def problem_from_dict(doc: Any, source: str, base: Path | None = None) -> MappingProblem:
     if not isinstance(doc, dict):
         raise InputError(source, "", "expected a JSON object")
+    if doc.get("schema") == PROFILE_SCHEMA:
+        raise InputError(source, "schema", "a profile, not an instance: make one with `pipeplan instance MODEL "
+                                           f"--profile {source} --out my.json`")
     if doc.get("schema") != INSTANCE_SCHEMA:
         raise InputError(source, "schema", f"unsupported schema {doc.get('schema')!r} (expected {INSTANCE_SCHEMA!r})")
     graph = doc.get("graph")

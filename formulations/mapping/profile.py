@@ -141,6 +141,16 @@ class Profile:
             return 0.0
         return value[unit_idx]
 
+    @property
+    def has_power(self) -> bool:
+        """Whether the profile holds any power figure. One without (a host measured by
+        ``pipeplan profile`` times nodes only) scores every plan 0 mJ, which is no energy figure:
+        outputs say ``n/a``."""
+        phases = (ph for table in (self.input_stage, self.output_stage) for by in table.values() for ph in by.values())
+        return (any(v for by in self.power_mw.values() for values in by.values() for v in values)
+                or any(pu.idle_power_mw for pu in self.pus.values())
+                or any(ph.power_mw for ph in phases) or bool(self.transfers.power_mw))
+
     def can_run(self, unit_idx: int, pu: str) -> bool:
         return self.time_ms[pu][self.pus[pu].max_level][unit_idx] is not None
 

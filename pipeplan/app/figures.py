@@ -30,17 +30,24 @@ def save_figure(fig, path: Path) -> Path:
 
 def pareto_plot(path: Path, title: str, x: str, y: str, *, exact: list[dict] | None = None,
                 approx: dict[str, list[dict]] | None = None, points: dict[str, dict] | None = None) -> Path:
-    """``exact``/``approx`` are fronts (lists of objective dicts), ``points`` single solver results."""
+    """``exact``: the exact sweep's points (``objectives`` and ``proven``): proven points filled,
+    unproven ones (a step the time limit cut) hollow and labelled so; ``approx``: heuristic fronts
+    (lists of objective dicts, never called proven); ``points``: single solver results."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     if exact:
-        xs, ys = zip(*sorted((p[x], p[y]) for p in exact))
+        pts = sorted((p["objectives"][x], p["objectives"][y], bool(p.get("proven"))) for p in exact)
+        xs, ys, proven = zip(*pts)
         ax.step(xs, ys, where="post", color="black", lw=1, alpha=0.6)
-        ax.scatter(xs, ys, color="black", s=28, label="exact front (CP-SAT)", zorder=3)
+        for flag, label, face in ((True, "proven front points (CP-SAT)", "black"),
+                                  (False, "unproven points (time limit)", "none")):
+            sel = [(a, b) for a, b, p in pts if p == flag]
+            if sel:
+                ax.scatter(*zip(*sel), facecolors=face, edgecolors="black", s=28, label=label, zorder=3)
     for i, (name, front) in enumerate((approx or {}).items()):
         if front:
             xs, ys = zip(*sorted((p[x], p[y]) for p in front))
-            ax.scatter(xs, ys, marker="x", s=36, label=f"{name} front", zorder=4, color=f"C{i}")
+            ax.scatter(xs, ys, marker="x", s=36, label=f"{name} front (not proven)", zorder=4, color=f"C{i}")
     markers = "osD^v<>P*"
     for i, (name, obj) in enumerate((points or {}).items()):
         if obj and x in obj and y in obj:

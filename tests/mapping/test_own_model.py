@@ -75,3 +75,9 @@ def test_a_profile_of_another_model_is_refused(tmp_path):
     proc = run_cli("instance", "net.onnx", "--profile", "sq.json", "--out", "x.json", cwd=tmp_path)
     assert_input_error(proc, "units")
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_profile_given_as_an_instance_names_the_command_that_makes_one(tmp_path):
+    tiny_branchy_net(tmp_path / "net.onnx")
+    assert run_cli("profile", "net.onnx", "--runs", "1", "--out", "host.json", cwd=tmp_path).returncode == 0
+    assert_input_error(run_cli("solve", "host.json", "--solver", "heft", cwd=tmp_path), "schema", "pipeplan instance")

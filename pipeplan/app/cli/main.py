@@ -151,7 +151,7 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
     if out:
         write_atomic(out, text)
         o = result.objectives
-        energy = f"{o.get('energy_mj', float('nan')):.1f} mJ" if _has_power(problem.profile) else "n/a"
+        energy = f"{o.get('energy_mj', float('nan')):.1f} mJ" if problem.profile.has_power else "n/a"
         typer.echo(f"{result.solver}: {result.termination.value}/{result.quality.value} period "
                    f"{o.get('period_ms', float('nan')):.2f} ms, latency {o.get('latency_ms', float('nan')):.2f} ms, "
                    f"energy {energy} -> {out}")
@@ -159,15 +159,6 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
         typer.echo(text, nl=False)
     if result.termination.value == "error":
         raise typer.Exit(1)
-
-
-def _has_power(profile) -> bool:
-    """Whether the profile holds any power figure. One without (a host measured by `pipeplan
-    profile` times nodes only) scores every plan 0 mJ, which is no energy figure."""
-    phases = (ph for table in (profile.input_stage, profile.output_stage) for by in table.values() for ph in by.values())
-    return (any(v for by in profile.power_mw.values() for values in by.values() for v in values)
-            or any(pu.idle_power_mw for pu in profile.pus.values())
-            or any(ph.power_mw for ph in phases) or bool(profile.transfers.power_mw))
 
 
 def _solver_list(text: str) -> list[str]:

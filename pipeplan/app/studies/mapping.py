@@ -46,24 +46,44 @@ def run_solvers(problem, names: list[str], *, time_limit: float, threads: int, s
 
 
 def result_rows(results: dict[str, SolveResult], objective: str = "period") -> list[dict]:
+    """One row per solver. ``bound`` and ``gap`` are against the best certified bound of the run
+    (the best proven optimum, else the highest lower bound an exact solver proved), the same for
+    every solver; without one, no gap is shown (a heuristic's own analytic bound is too weak to
+    say how far it is from the optimum)."""
     key = AXES[objective]
+    certified = certified_bound(results, key)
     rows = []
     for name, r in results.items():
         o = r.objectives
+        value = o.get(key)
+        gap = None if certified is None or not value else max(0.0, (value - certified) / value)
         rows.append({"solver": name, "termination": r.termination.value, "quality": r.quality.value,
                      "period_ms": o.get("period_ms"), "latency_ms": o.get("latency_ms"),
-                     "energy_mj": o.get("energy_mj"), "bound": r.bound.get(key), "gap": r.gap,
+                     "energy_mj": o.get("energy_mj"), "bound": certified, "gap": gap,
                      "wall_time_s": r.wall_time_s, "message": r.message})
     return rows
 
 
-def results_markdown(rows: list[dict]) -> str:
-    """The solvers' table of ``pipeplan compare`` (rows from ``result_rows``)."""
+def certified_bound(results: dict[str, SolveResult], key: str) -> float | None:
+    """The best certified lower bound of ``key`` among the results: a proven optimum, else the
+    highest bound an exact solver reported (None when no exact solver ran or proved one)."""
+    from pipeplan.core.registry import get_solver
+
+    proven = [r.objectives[key] for r in results.values() if r.quality.value == "proven_optimal" and key in r.objectives]
+    if proven:
+        return min(proven)
+    bounds = [r.bound[key] for n, r in results.items() if get_solver("mapping", n).exact and key in (r.bound or {})]
+    return max(bounds) if bounds else None
+
+
+def results_markdown(rows: list[dict], *, has_power: bool = True) -> str:
+    """The solvers' table of ``pipeplan compare`` (rows from ``result_rows``); energy ``n/a``
+    when the profile holds no power figures."""
     return "\n".join(markdown_table(
-        ("solver", "status", "period (ms)", "latency (ms)", "energy (mJ)", "bound", "gap", "time (s)"),
+        ("solver", "status", "period (ms)", "latency (ms)", "energy (mJ)", "certified bound", "gap", "time (s)"),
         ([r["solver"], f"{r['termination']}/{r['quality']}", cell(r["period_ms"]), cell(r["latency_ms"]),
-          cell(r["energy_mj"], ".1f"), cell(r["bound"]), "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%",
-          cell(r["wall_time_s"])] for r in rows))) + "\n"
+          cell(r["energy_mj"], ".1f") if has_power else "n/a", cell(r["bound"]),
+          "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%", cell(r["wall_time_s"])] for r in rows))) + "\n"
 
 
 def front_csv(points: list[dict], x: str, y: str) -> str:
@@ -86,8 +106,7 @@ def compare(problem, names: list[str], out: Path, *, time_limit: float, threads:
     try:
         exact = exact_front(problem, "period", "latency", time_limit=front_time_limit or time_limit,
                             threads=threads, seed=seed)
-        exact_note = (f"{len(exact['points'])} points"
-                      + ("" if exact["complete"] else " (sweep stopped by its time limit: partial)"))
+        exact_note = front_note(exact)
     except Exception as exc:  # a solver failure is reported, the solvers' table still stands
         exact = {"points": [], "complete": False}
         exact_note = f"failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
@@ -96,7 +115,9 @@ def compare(problem, names: list[str], out: Path, *, time_limit: float, threads:
     hv = hv_ratios(problem, exact["points"], approx) if exact["points"] else {"ref": None, "ratios": {}}
     md = (f"# {problem.name}: heuristic vs exact\n\n"
           f"`pipeplan compare {problem.name} --solvers {','.join(names)} --time-limit {time_limit:g}`\n\n"
-          + results_markdown(rows)
+          + results_markdown(rows, has_power=problem.profile.has_power)
+          + "\nbound and gap: against the best certified lower bound of this run (a proven optimum, or an exact "
+            "solver's bound), the same for every solver; `-` when no exact solver proved one.\n"
           + f"\nExact (period, latency) front: {exact_note}.\n"
           + "".join(f"Hypervolume of the {n} front / exact front: {v:.4f} (reference point {hv['ref']}).\n"
                     for n, v in hv["ratios"].items()))
@@ -106,8 +127,16 @@ def compare(problem, names: list[str], out: Path, *, time_limit: float, threads:
     write_json(out / "hypervolume.json", hv)
     write_atomic(out / "front_period_latency.csv", front_csv(exact["points"], "period", "latency"))
     pareto_plot(out / "pareto.png", f"{problem.name}: period vs latency", "period_ms", "latency_ms",
-                exact=[p["objectives"] for p in exact["points"]], approx=approx, points=points)
+                exact=exact["points"], approx=approx, points=points)
     return md
+
+
+def front_note(front: dict) -> str:
+    """``6 points, all proven`` / ``3 points, 1 proven; sweep stopped by its time limit: partial``."""
+    points = front["points"]
+    proven = sum(bool(p.get("proven")) for p in points)
+    note = f"{len(points)} points, " + ("all proven" if proven == len(points) else f"{proven} proven")
+    return note + ("" if front["complete"] else "; sweep stopped by its time limit: partial")
 
 
 def hv_ratios(problem, exact_points: list[dict], approx: dict[str, list[dict]]) -> dict:
@@ -154,8 +183,9 @@ def pareto(problem, x: str, y: str, out: Path, *, time_limit: float, threads: in
     front["solver"] = "exact"
     write_atomic(out / f"{stem}.csv", front_csv(front["points"], x, y))
     write_json(out / f"{stem}.json", front)
-    pareto_plot(out / f"{stem}.png", f"{problem.name}: exact {x} vs {y} front", AXES[x], AXES[y],
-                exact=[p["objectives"] for p in front["points"]])
+    title = "exact" if front["complete"] and all(p.get("proven") for p in front["points"]) else "partial exact"
+    pareto_plot(out / f"{stem}.png", f"{problem.name}: {title} {x} vs {y} front ({front_note(front)})", AXES[x], AXES[y],
+                exact=front["points"])
     return front
 
 

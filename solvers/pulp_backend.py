@@ -1,5 +1,12 @@
 """PuLP solver set-up shared by the MILP models: HiGHS (in-process, with MIP starts and its
-start-up banner silenced) or CBC, whichever is available."""
+start-up banner silenced) or CBC, whichever is available.
+
+Work limit: HiGHS has no deterministic clock, but it counts branch-and-bound nodes
+(``mip_max_nodes``; CBC: ``maxNodes``): ``node_limit`` stops a solve after that many nodes,
+the same on any machine load with one thread. It does not count the root node's work
+(presolve, the root LP, cuts and heuristics), which only the wall-clock limit bounds: on a
+model whose root alone outlasts the time limit the node limit never acts. ``stopped_by`` says
+which limit stopped a solve."""
 from __future__ import annotations
 
 import ctypes
@@ -23,6 +30,19 @@ class _HiGHS(pulp.HiGHS):
             lp.solverModel.setSolution(len(cols), list(cols), list(vals))
         super().callSolver(lp)
 
+    def findSolutionValues(self, lp):
+        """pulp's, plus the status HiGHS gives a solve its node limit stopped (kSolutionLimit),
+        which pulp 3.3 does not know: a solution when HiGHS holds one, else none."""
+        import highspy
+        try:
+            return super().findSolutionValues(lp)
+        except KeyError:
+            if lp.solverModel.getModelStatus() != highspy.HighsModelStatus.kSolutionLimit:
+                raise
+        if lp.solverModel.getInfo().primal_solution_status == 2:     # kSolutionStatusFeasible
+            return pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible
+        return pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound
+
 
 @lru_cache(maxsize=None)
 def _highs_banner_off() -> None:
@@ -44,14 +64,44 @@ def _highs_banner_off() -> None:
         os.close(devnull)
 
 
-def make_solver(backend: str, *, time_limit, threads, seed, warm: bool):
+def make_solver(backend: str, *, time_limit, threads, seed, warm: bool, node_limit: int | None = None):
+    """``node_limit``: the most branch-and-bound nodes of the solve (None: no such limit)."""
     if backend == "highs":
         _highs_banner_off()
-        return _HiGHS(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL, random_seed=seed)
+        nodes = {} if node_limit is None else {"mip_max_nodes": int(node_limit)}
+        return _HiGHS(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL, random_seed=seed, **nodes)
     # CBC is deterministic by default and its randomCbcSeed 0 means "seed from the clock"
     options = [f"randomCbcSeed {seed}"] if seed else []
     return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL,
-                             warmStart=warm, options=options)
+                             warmStart=warm, options=options, maxNodes=node_limit)
+
+
+def check_node_limit(node_limit) -> None:
+    if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, int) or node_limit < 1):
+        raise ValueError(f"node_limit must be an integer >= 1, got {node_limit!r}")
+
+
+def stopped_by(prob, backend: str, *, node_limit: int | None, time_limit: float | None, wall_s: float) -> str | None:
+    """Which limit stopped a solve that ended without a proof: HiGHS says it (its model status:
+    kSolutionLimit or kIterationLimit for the node limit, kTimeLimit for the clock); CBC's
+    status does not, so a CBC solve that stopped well before its time limit is taken as
+    stopped by its node limit."""
+    if backend == "highs":
+        import highspy
+        status = prob.solverModel.getModelStatus()
+        if status in (highspy.HighsModelStatus.kSolutionLimit, highspy.HighsModelStatus.kIterationLimit):
+            return "work"
+        return "time" if status == highspy.HighsModelStatus.kTimeLimit else None
+    if node_limit is not None and (time_limit is None or wall_s < 0.95 * time_limit):
+        return "work"
+    return "time"
+
+
+def highs_nodes(prob, backend: str) -> int | None:
+    """The branch-and-bound nodes of HiGHS's last solve (None for CBC)."""
+    if backend != "highs":
+        return None
+    return int(prob.solverModel.getInfo().mip_node_count)
 
 
 def pick_backend(backend: str) -> str:

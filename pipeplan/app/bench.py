@@ -2,7 +2,10 @@
 
 A suite is a TOML file under instances/suites/ with one ``[[<system>]]`` group per block of
 runs (``mapping``, ``gradcode``, ``rollout``): instance and solver patterns (shell globs over
-the catalogue and the registry), seeds, a time limit per run, solver parameters.
+the catalogue and the registry), seeds, a time limit per run, solver parameters (``params``,
+e.g. a work limit: ``work_limit`` for CP-SAT, ``max_evaluations`` for NSGA-II, ``node_limit``
+for the MILPs; then the time limit is the safety net, and each record's ``stopped_by`` says
+whether the work limit or the wall clock stopped the run).
 
 Reliability: each run executes in its own process, killed when it overruns its time limit
 (recorded as ``time_limit``); a crash is recorded as ``error`` with its message and the suite
@@ -162,14 +165,31 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
 
 # ----------------------------------------------------------------------------- one run
 
+def _exact(run: Run) -> bool | None:
+    """Whether the run's solver is an exact one (its bounds are certified), None if unknown."""
+    from pipeplan.core.registry import get_solver
+    try:
+        return get_solver(run.system, run.solver).exact
+    except InputError:
+        return None
+
+
+def _plain(value):
+    """``value`` as plain JSON data (a solver's params may hold numpy numbers)."""
+    return json.loads(json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+
+
 def execute(run: Run) -> dict:
-    """Solve one run in this process and return its record (never raises)."""
+    """Solve one run in this process and return its record (never raises). Besides the result's
+    figures the record holds ``exact`` (the solver's kind: only an exact solver's bound is a
+    certified one), ``stopped_by`` ("work", "time" or None: which limit cut the run short) and
+    ``params`` (what the solver ran with and reports, e.g. its work limit and the work done)."""
     import pipeplan
     from pipeplan.core.result import library_versions
 
     began = time.perf_counter()
     record = {"system": run.system, "instance": run.instance, "solver": run.solver, "seed": run.seed,
-              "time_limit": run.time_limit}
+              "time_limit": run.time_limit, "exact": _exact(run)}
     try:
         _, load = catalogue(run.system)
         problem = load(run.instance)
@@ -178,13 +198,14 @@ def execute(run: Run) -> dict:
         record.update({"termination": result.termination.value, "quality": result.quality.value,
                        "objectives": result.objectives, "bound": result.bound, "gap": result.gap,
                        "wall_time_s": result.wall_time_s, "message": result.message,
+                       "stopped_by": result.stopped_by, "params": _plain(result.params),
                        "front": [p.get("objectives", {}) for p in result.front],
                        "versions": result.versions})
     except Exception as exc:  # a crashed run is a record, not the end of the suite
         record.update({"termination": "error", "quality": "none", "objectives": {}, "bound": {}, "gap": None,
                        "wall_time_s": time.perf_counter() - began,
                        "message": f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=2).splitlines()[-1]}",
-                       "front": [], "versions": library_versions()})
+                       "stopped_by": None, "params": _plain(run.params), "front": [], "versions": library_versions()})
     return record
 
 
@@ -196,9 +217,10 @@ def _child(run: Run, conn) -> None:
 def _stopped(run: Run, why: str, elapsed: float) -> dict:
     from pipeplan.core.result import library_versions
     return {"system": run.system, "instance": run.instance, "solver": run.solver, "seed": run.seed,
-            "time_limit": run.time_limit, "termination": why, "quality": "none", "objectives": {}, "bound": {},
-            "gap": None, "wall_time_s": elapsed,
+            "time_limit": run.time_limit, "exact": _exact(run), "termination": why, "quality": "none",
+            "objectives": {}, "bound": {}, "gap": None, "wall_time_s": elapsed,
             "message": ("killed: ran past its time limit" if why == "time_limit" else "the run's process died"),
+            "stopped_by": "time" if why == "time_limit" else None, "params": _plain(run.params),
             "front": [], "versions": library_versions()}
 
 

@@ -1,10 +1,17 @@
 """``pipeplan report RESULTS_DIR``: summarise a bench's runs.jsonl into summary.csv and
 report.md, with one section per system and PNG plots.
 
-Mapping: per instance, each solver's period, its ratio to the proven optimum (or to the best
-bound when nothing was proven, flagged), gap, time and status; a Pareto plot of the NSGA-II
-front and every solver's plan. Other systems contribute their own sections through
-``SECTIONS`` (tables and plots built from their records).
+Mapping: per instance, each solver's period, its ratio to the instance's certified reference
+(the best proven optimum, else the best lower bound an exact solver reported, flagged), its
+gap to that same reference, time and status; a Pareto plot of the NSGA-II front and every
+solver's plan. Other systems contribute their own sections through ``SECTIONS`` (tables and
+plots built from their records).
+
+Gaps are the report's own, never a record's ``gap``: a heuristic's record carries its gap to
+the formulation's analytic bound, which is weak (a heuristic at the proven optimum shows a
+large one), so every gap here is taken against the certified reference, the same for all
+solvers of an instance, or not shown (``-``) where no exact run certified one. A run cut short
+shows which limit stopped it (``work limit`` or ``time limit``, the record's ``stopped_by``).
 """
 from __future__ import annotations
 
@@ -17,16 +24,17 @@ from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json, staged_folder, write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 
-SUMMARY_COLUMNS = ("system", "instance", "solver", "seed", "termination", "quality", "objective_1",
+SUMMARY_COLUMNS = ("system", "instance", "solver", "seed", "termination", "stopped_by", "quality", "objective_1",
                    "value_1", "objective_2", "value_2", "objective_3", "value_3", "gap", "wall_time_s", "message")
 
 
 def summary_csv(records: list[dict]) -> str:
-    """One line per run; its first three objectives (by name) in objective_i / value_i."""
+    """One line per run; its first three objectives (by name) in objective_i / value_i; ``gap``
+    is the record's own (the solver's, against its own bound)."""
     rows = []
     for r in records:
-        row = {k: r.get(k) for k in ("system", "instance", "solver", "seed", "termination", "quality", "gap",
-                                      "wall_time_s", "message")}
+        row = {k: r.get(k) for k in ("system", "instance", "solver", "seed", "termination", "stopped_by", "quality",
+                                      "gap", "wall_time_s", "message")}
         for i, (k, v) in enumerate(sorted((r.get("objectives") or {}).items())[:3], start=1):
             row[f"objective_{i}"], row[f"value_{i}"] = k, v
         rows.append(row)
@@ -41,18 +49,46 @@ def _by_instance(records: list[dict]) -> dict[str, list[dict]]:
 
 
 def _reference(rs: list[dict], key: str) -> tuple[float | None, str]:
-    """The proven optimum of ``key`` among the runs ("opt"), else the best lower bound ("lb")."""
+    """The certified reference of ``key`` for one instance's runs: the best proven optimum
+    ("opt"), else the best lower bound an exact solver's run reported ("lb"; records that say
+    ``exact``), never above the best value found; (None, "-") when no run certified one. A
+    heuristic's bound (the formulation's analytic one) never counts."""
     proven = [r["objectives"][key] for r in rs if r.get("quality") == "proven_optimal" and r["objectives"].get(key)]
-    bounds = [r["bound"][key] for r in rs if (r.get("bound") or {}).get(key)]
-    return (min(proven), "opt") if proven else ((max(bounds), "lb") if bounds else (None, "-"))
+    if proven:
+        return min(proven), "opt"
+    bounds = [r["bound"][key] for r in rs if r.get("exact") is True and (r.get("bound") or {}).get(key)]
+    if not bounds:
+        return None, "-"
+    found = [r["objectives"][key] for r in rs if (r.get("objectives") or {}).get(key)]
+    return min([max(bounds), *found]), "lb"
+
+
+def _gap(value: float | None, ref: float | None) -> str:
+    """The gap of ``value`` to the certified reference ``ref`` (a minimised objective), or "-"."""
+    if value is None or not ref or value <= 0:
+        return "-"
+    return f"{100 * max(0.0, (value - ref) / value):.1f}%"
+
+
+def _status(r: dict) -> str:
+    """The record's termination, with which limit stopped a run cut short."""
+    stopped = r.get("stopped_by")
+    if r.get("termination") == "time_limit" and stopped in ("work", "time"):
+        return f"{stopped} limit"
+    return r.get("termination", "-")
 
 
 def mapping_section(records: list[dict], out: Path) -> list[str]:
     by_inst = _by_instance(records)
     solvers = sorted({r["solver"] for r in records})   # one order whatever order the runs ended in
     lines = ["## Operator mapping: heuristic vs exact", "",
-             "Period (ms) per solver and its ratio to the proven optimum (`opt`), or to the best lower "
-             "bound when no exact run proved one (`lb`, flagged); gap and time of the exact runs.", ""]
+             "Period (ms) per solver and its ratio to the instance's certified reference: the best proven "
+             "optimum (`opt`), else the best lower bound an exact solver (cpsat, milp) reported (`lb`, flagged); "
+             "`-` where no exact run certified one.", "",
+             "Second table: each solver's gap to that same reference (a heuristic's own analytic bound is never "
+             "used; `-` where there is no reference), its solve time and status; a run cut short says which "
+             "limit stopped it: `work limit` (its work limit: CP-SAT deterministic time, NSGA-II evaluations, "
+             "HiGHS nodes; the same result on any machine load) or `time limit` (the wall clock).", ""]
     table, gap_table, plots = [], [], []
     for inst, rs in by_inst.items():
         ref, tag = _reference(rs, "period_ms")
@@ -64,10 +100,9 @@ def mapping_section(records: list[dict], out: Path) -> list[str]:
                 cells.append("-")
                 gcells.append("-")
                 continue
-            cells.append(r["termination"] if p is None else
+            cells.append(_status(r) if p is None else
                          f"{p:.1f} (x{p / ref:.3f})" if ref else f"{p:.1f}")
-            gap = "-" if r.get("gap") is None else f"{100 * r['gap']:.1f}%"
-            gcells.append(f"{gap} / {cell(r.get('wall_time_s'), '.1f')} / {r['termination']}")
+            gcells.append(f"{_gap(p, ref)} / {cell(r.get('wall_time_s'), '.1f')} / {_status(r)}")
         table.append([inst, f"{cell(ref)} {tag}", *cells])
         gap_table.append([inst, *gcells])
         front = next((x["front"] for x in rs if x.get("front")), None)
@@ -78,7 +113,8 @@ def mapping_section(records: list[dict], out: Path) -> list[str]:
                         points={x["solver"]: x["objectives"] for x in rs if x.get("objectives") and not x.get("front")})
             plots.append(f"![{inst}]({name})")
     lines += markdown_table(("instance", "reference", *solvers), table)
-    lines += ["", *markdown_table(("instance", *(f"{s} gap / time (s) / status" for s in solvers)), gap_table)]
+    lines += ["", *markdown_table(("instance", *(f"{s} gap to reference / time (s) / status" for s in solvers)),
+                                  gap_table)]
     if plots:
         lines += ["", "Pareto plots (NSGA-II front and each solver's plan):", ""] + plots
     return lines + [""]
@@ -91,8 +127,9 @@ def rollout_section(records: list[dict], out: Path) -> list[str]:
     by_inst = _by_instance(records)
     policies = list(dict.fromkeys(r["solver"] for r in records))
     lines = ["## Rollout admission: policies vs the offline optimum", "",
-             "Trainer finish (s) per policy and its ratio to the CP-SAT optimum (`opt`) or to the best lower "
-             "bound (`lb`, flagged) when none was proven; waiting ratio in parentheses.", ""]
+             "Trainer finish (s) per policy and its ratio to the CP-SAT optimum (`opt`) or, when none was "
+             "proven, to the best lower bound the exact solver reported (`lb`, flagged; `-`: none); waiting ratio "
+             "in parentheses.", ""]
     table = []
     for inst, rs in by_inst.items():
         ref, tag = _reference(rs, "train_end_s")
@@ -101,7 +138,7 @@ def rollout_section(records: list[dict], out: Path) -> list[str]:
             r = next((x for x in rs if x["solver"] == p), None)
             o = (r or {}).get("objectives", {})
             if not o.get("train_end_s"):
-                cells.append((r or {}).get("termination", "-"))
+                cells.append(_status(r) if r else "-")
                 continue
             ratio = f" x{o['train_end_s'] / ref:.3f}" if ref else ""
             cells.append(f"{o['train_end_s']:.1f}{ratio} ({100 * o.get('waiting_ratio', 0):.0f}%)")
@@ -155,7 +192,7 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
                 cells.append((r or {}).get("termination", "-"))
                 continue
             worst = r["objectives"].get("worst_step_s")
-            tag = "" if r["termination"] in ("completed", "optimal") else f" {r['termination']}"
+            tag = "" if r["termination"] in ("completed", "optimal") else f" {_status(r)}"
             cells.append(f"{v:.3f} (x{v / best:.2f}; worst {cell(worst)}){tag}")
         table.append([inst, *cells])
         chart[inst.split("/", 1)[-1]] = {s: v for s, v in values.items() if v}
@@ -172,15 +209,33 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
 SECTIONS = {"mapping": mapping_section, "gradcode": gradcode_section, "rollout": rollout_section}
 
 
-def _completeness(suite: dict, recorded: int) -> str:
-    """' (partial: ...)' when the suite plans more runs than are recorded."""
+def _planned_keys(suite: dict) -> list[str] | None:
+    """The run keys of the bench's suite (suite.json's source) in planned order, or None."""
     from pipeplan.app.bench import load_suite, plan_runs
 
     try:
         _, spec = load_suite(suite.get("source", ""))
-        planned = len(plan_runs(spec))
+        return [r.key for r in plan_runs(spec)]
     except (InputError, KeyError, OSError):
+        return None
+
+
+def in_plan_order(records: list[dict], planned: list[str] | None) -> list[dict]:
+    """``records`` in the suite's planned order (instances, then solvers, as the suite lists
+    them), not the order the runs ended in, so that the tables' rows and columns are the same
+    whatever the machine's load; records the plan does not hold come after, by name."""
+    from pipeplan.app.bench import record_key
+
+    rank = {k: i for i, k in enumerate(planned or [])}
+    return sorted(records, key=lambda r: (rank.get(record_key(r), len(rank)), r["system"], r["instance"],
+                                          r["solver"], r["seed"]))
+
+
+def _completeness(planned_keys: list[str] | None, recorded: int) -> str:
+    """' (partial: ...)' when the suite plans more runs than are recorded."""
+    if planned_keys is None:
         return ""
+    planned = len(planned_keys)
     if recorded >= planned:
         return f" All {planned} planned runs are recorded."
     return (f" PARTIAL: {recorded} of the suite's {planned} runs are recorded; rerunning the same "
@@ -197,17 +252,22 @@ def limits_section(records: list[dict]) -> list[str]:
     if not rows:
         return []
     lines = ["## Time limits", "",
-             "Longest solve over its limit per solver (the solver call, start-up excluded); "
-             "`at limit`: runs stopped by their limit.", ""]
+             "Longest solve over its time limit per solver (the solver call, start-up excluded); "
+             "`at limit`: runs cut short (termination `time_limit`), of which `by work` were stopped by their "
+             "work limit (machine-independent) and `by time` by the wall clock (`?`: the record does not say).",
+             ""]
     table = []
     for (system, solver), rs in sorted(rows.items()):
         worst = max(rs, key=lambda r: r["wall_time_s"] / r["time_limit"])
         over = max(r["wall_time_s"] - r["time_limit"] for r in rs)
-        stopped = sum(r["termination"] == "time_limit" for r in rs)
-        table.append([system, solver, len(rs), stopped, f"{worst['wall_time_s'] / worst['time_limit']:.2f}",
-                      f"{max(0.0, over):.2f}"])
-    lines += markdown_table(("system", "solver", "runs", "at limit", "longest solve / limit", "longest overrun (s)"),
-                            table)
+        cut = [r for r in rs if r["termination"] == "time_limit"]
+        by_work = sum(r.get("stopped_by") == "work" for r in cut)
+        by_time = sum(r.get("stopped_by") == "time" for r in cut)
+        unknown = len(cut) - by_work - by_time
+        table.append([system, solver, len(rs), len(cut), f"{worst['wall_time_s'] / worst['time_limit']:.2f}",
+                      f"{max(0.0, over):.2f}", by_work, f"{by_time}" + (f" (+{unknown} ?)" if unknown else "")])
+    lines += markdown_table(("system", "solver", "runs", "at limit", "longest solve / limit", "longest overrun (s)",
+                             "by work", "by time"), table)
     return lines + [""]
 
 
@@ -225,6 +285,8 @@ def write_report(results_dir: Path) -> str:
     if not records:
         raise InputError(str(records_path), "", "empty: no finished run recorded")
     suite = load_json(results_dir / "suite.json") if (results_dir / "suite.json").exists() else {}
+    planned = _planned_keys(suite)
+    records = in_plan_order(records, planned)
     m = suite.get("machine", {})
     counts = defaultdict(int)
     for r in records:
@@ -234,7 +296,7 @@ def write_report(results_dir: Path) -> str:
              f"jobs {suite.get('jobs', '?')}); machine: {m.get('machine', '?')}, {m.get('cores', '?')} cores, "
              f"Python {m.get('python', '?')}; started {suite.get('started', '?')}.", "",
              f"{len(records)} runs: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + "."
-             + _completeness(suite, len(records)), ""]
+             + _completeness(planned, len(records)), ""]
     by_system: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_system[r["system"]].append(r)

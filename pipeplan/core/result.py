@@ -3,6 +3,12 @@
 Termination (why the solver stopped) and quality (what the returned plan is known to be) are
 two separate statuses, as in Pyomo: a run can stop on its time limit with a feasible plan, or
 prove optimality before it.
+
+A run cut short has termination ``time_limit`` whichever limit cut it; ``stopped_by`` says
+which: ``"work"`` (a work limit: CP-SAT's deterministic time, NSGA-II's evaluations, HiGHS's
+branch-and-bound nodes; the same seed and work limit give the same plan on any machine load)
+or ``"time"`` (the wall clock, the safety net: the plan then depends on the machine's speed).
+It is None when the run was not cut short (optimal, completed, infeasible, error).
 """
 from __future__ import annotations
 
@@ -18,9 +24,22 @@ RESULT_SCHEMA = "pipeplan.result/1"
 class Termination(str, Enum):
     OPTIMAL = "optimal"            # the solver proved optimality
     COMPLETED = "completed"        # a heuristic ran to its end
-    TIME_LIMIT = "time_limit"
+    TIME_LIMIT = "time_limit"      # cut short by a limit: ``SolveResult.stopped_by`` says which
     INFEASIBLE = "infeasible"
     ERROR = "error"
+
+
+STOPPED_BY = ("work", "time")   # the values of SolveResult.stopped_by besides None
+
+
+def stop_note(stopped_by: str | None, work: str = "") -> str:
+    """The phrase a message gives for what cut a run short ("" when nothing did); ``work``
+    says how much work the run did, e.g. "12.5 deterministic s"."""
+    if stopped_by == "work":
+        return "stopped by its work limit" + (f" ({work})" if work else "")
+    if stopped_by == "time":
+        return "stopped by its wall-clock time limit"
+    return ""
 
 
 class Quality(str, Enum):
@@ -57,6 +76,7 @@ class SolveResult:
     plan: dict[str, Any] | None = None
     front: list[dict[str, Any]] = field(default_factory=list)  # [{"objectives": {...}, "plan": {...}}]
     message: str = ""
+    stopped_by: str | None = None      # "work", "time" or None: which limit cut the run short
     versions: dict[str, str] = field(default_factory=library_versions)
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeplan.core.deadline import Deadline
-from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
@@ -33,6 +33,8 @@ class BackendAnswer:
     groups: list[list[int]] | None      # canonical positions, in label order
     counts: list[int] | None
     bound: float | None                 # of the model objective, seconds (mean over scenarios or worst case)
+    stopped_by: str | None = None       # "work" or "time" when a limit stopped the search without a proof
+    work: float | None = None           # the search's work: CP-SAT deterministic s, HiGHS nodes
 
 
 def cover_shape(data: AssignmentData) -> GradientCode | None:
@@ -73,9 +75,11 @@ def assignment_result(data: AssignmentData, solver: str, answer: BackendAnswer, 
     if not proven:    # cut short: the quick placements compete with what the search found
         shapes += [(*shape, name) for name, shape in (("greedy", greedy_shape(data)), ("fr", fr_shape(data)))
                    if shape is not None]
+    why = None if proven else (answer.stopped_by or "time")
+    limit = "work limit" if why == "work" else "time limit"
     if not shapes:
         return SolveResult("gradcode", p.name, solver, Termination.TIME_LIMIT, Quality.NONE, params=params,
-                           message="no placement found within the time limit")
+                           message=f"no placement found within the {limit}", stopped_by=why)
     candidates = []
     for groups, counts, name in shapes:
         check_solution(data, groups, counts)
@@ -85,7 +89,7 @@ def assignment_result(data: AssignmentData, solver: str, answer: BackendAnswer, 
     notes = [f"groups: {[len(g) for g in groups]} workers, {counts} partitions"]
     if name is not None:
         notes.append(f"the search found {'nothing better than' if answer.groups else 'no placement before'} "
-                     f"the {name} placement within the time limit")
+                     f"the {name} placement within the {limit}")
     verification = None
     if structure == "best":
         shape = cover_shape(data)
@@ -103,7 +107,9 @@ def assignment_result(data: AssignmentData, solver: str, answer: BackendAnswer, 
     scope += (f", on {data.scenarios.shape[0]} sampled delay scenarios" if data.objective == "expected"
               else f"; ties broken by the expected step time on {data.scenarios.shape[0]} delay scenarios")
     notes.append(("optimal " if proven else "best found ") + scope)
+    if why:
+        notes.append(stop_note(why))
     return scored_result(p, solver, code, termination=Termination.OPTIMAL if proven else Termination.TIME_LIMIT,
                          quality=Quality.PROVEN_OPTIMAL if proven else Quality.FEASIBLE, objectives=objectives,
                          bound=bound, params=params, message="; ".join(notes), deadline=clock,
-                         verification=verification)
+                         verification=verification, stopped_by=why)

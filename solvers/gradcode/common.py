@@ -29,11 +29,13 @@ def scored_result(problem: GradCodeProblem, solver: str, code: GradientCode, *,
                   termination: Termination = Termination.COMPLETED, quality: Quality = Quality.FEASIBLE,
                   objectives: dict[str, float] | None = None, bound: dict[str, float] | None = None,
                   params: dict | None = None, message: str = "", deadline: Deadline | None = None,
-                  verification: Verification | None = None) -> SolveResult:
+                  verification: Verification | None = None, stopped_by: str | None = None) -> SolveResult:
     """``objectives`` adds figures the formulation computed for the solver (e.g. the in-sample
     objective); the gap is taken on the one key that ``bound`` holds. ``verification``: the
     verifier's own check of this very code (CR's seed search), not repeated; else the verifier
-    runs here, stopping early past ``deadline`` (the solver's time limit)."""
+    runs here, stopping early past ``deadline`` (the solver's time limit). A bound above the
+    code's value of its objective is clamped to it; ``stopped_by``: "work" or "time" when a
+    limit cut the run short."""
     ev = evaluate(problem, code)
     v = verification or verify(code, deadline=deadline)
     notes = [message] if message else []
@@ -47,6 +49,8 @@ def scored_result(problem: GradCodeProblem, solver: str, code: GradientCode, *,
             quality = Quality.NONE
             notes.append(f"not decodable: straggler set {list(v.worst_set)} leaves residual {v.worst_residual:.3g}")
     objs = {**ev.objectives(), **(objectives or {})}
+    # a lower bound above the code's own value of the same objective cannot hold: clamp it
+    bound = {k: min(v, objs[k]) if k in objs else v for k, v in (bound or {}).items()}
     gap = None
     for key, value in (bound or {}).items():
         if key in objs and objs[key] > 0:
@@ -56,4 +60,5 @@ def scored_result(problem: GradCodeProblem, solver: str, code: GradientCode, *,
     plan["verification"] = v.to_dict()
     plan["max_staleness"] = ev.max_staleness
     return SolveResult("gradcode", problem.name, solver, termination, quality, objectives=objs,
-                       bound=bound or {}, gap=gap, params=params or {}, plan=plan, message=" | ".join(notes))
+                       bound=bound or {}, gap=gap, params=params or {}, plan=plan, message=" | ".join(notes),
+                       stopped_by=stopped_by)

@@ -34,7 +34,7 @@ def solve_cr(problem, *, seed: int = 0, tries: int = 8, time_limit=None):
     _square(problem, "CR")
     code, v = best_cyclic(problem.n, problem.s, seed=seed, tries=tries, deadline=search)
     return scored_result(problem, "cr", code, termination=_tries_termination(code), params={"tries": tries},
-                         verification=v)
+                         verification=v, stopped_by=_stopped_by(code))
 
 
 @register("gradcode", "pgc-fr", description="pipelined FR: one partition per worker per step, round-robin")
@@ -56,7 +56,13 @@ def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: Literal["ls
     code, v = best_cyclic(problem.n, problem.s, seed=seed, tries=tries, deadline=search)
     # the schedule leaves B and the decoder as they are, so CR's verification holds
     return scored_result(problem, "pgc-cr", pipelined(code, "pgc-cr"), termination=_tries_termination(code),
-                         params=params, verification=v)
+                         params=params, verification=v, stopped_by=_stopped_by(code))
+
+
+def _stopped_by(code) -> str | None:
+    """"time" when the wall clock cut the seeds short of ``tries`` (the work limit, which ends
+    the run ``completed``)."""
+    return "time" if code.meta["tried"] < code.meta["tries"] else None
 
 
 def _tries_termination(code) -> Termination:

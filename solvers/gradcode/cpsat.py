@@ -3,7 +3,11 @@ objective is solved lexicographically (worst case, then expected step time).
 
 The model holds a witness per (worker, group, scenario), so it grows as n^2 R / (s+1): the
 builder checks the deadline as it goes, and past it (or when CP-SAT finds nothing in time) the
-result falls back on the quick placements (see ``assignment_result``)."""
+result falls back on the quick placements (see ``assignment_result``).
+
+``work_limit`` (CP-SAT deterministic seconds) bounds the solves together (the tie-break gets
+what the worst case left): with one thread a run its work limit stops is the same on any
+machine load; the wall clock stays the safety net (``SolveResult.stopped_by`` says which)."""
 from __future__ import annotations
 
 from typing import Literal
@@ -13,6 +17,7 @@ import numpy as np
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
 from pipeplan.core.vocabulary import GradcodeAxis
+from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit, remaining, set_limits, stopped_by, work_done
 from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
 from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
 from pipeplan.solvers.gradcode.common import search_deadline
@@ -23,7 +28,8 @@ US = 1_000_000
 LOAD_PER_BUILD = 0.5
 
 
-def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads: int) -> BackendAnswer:
+def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads: int,
+                work_limit: float | None = None) -> BackendAnswer:
     """Raises OutOfTime when the deadline passes before the model is built (or leaves CP-SAT
     no time to load it)."""
     from ortools.sat.python import cp_model
@@ -106,12 +112,16 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     deadline.check()
     load = LOAD_PER_BUILD * deadline.elapsed()
 
+    spent = {"work": 0.0}
+
     def run(objective):
         if deadline.limit is not None and deadline.remaining() - load < 0.05:
             raise OutOfTime
+        left = remaining(work_limit, spent["work"])
         m.Minimize(objective)
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = deadline.remaining() - load if deadline.limit is not None else 60.0
+        set_limits(solver, time_limit=deadline.remaining() - load if deadline.limit is not None else 60.0,
+                   work_limit=left)
         solver.parameters.num_workers = max(1, int(threads))
         solver.parameters.random_seed = int(seed)
         status = solver.Solve(m)
@@ -119,48 +129,58 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
             raise RuntimeError(f"CP-SAT model invalid: {m.Validate()}")
         state = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
                  cp_model.INFEASIBLE: "infeasible"}.get(status, "none")
-        return solver, state
+        work = work_done(solver)
+        spent["work"] += work
+        return solver, state, stopped_by(state, work, left)
 
     if data.objective == "worst":
-        solver, state = run(worst)
+        solver, state, why = run(worst)
         if state == "optimal":   # keep the worst case, then minimise the expected step time
             bound = solver.BestObjectiveBound() / US
             m.Add(worst <= int(solver.Value(worst)))
             m.ClearHints()
             for v in [*x.values(), *used, *q]:
                 m.AddHint(v, solver.Value(v))
-            try:
-                second, state2 = run(expected)
-            except OutOfTime:
-                state2 = "none"
+            state2 = "none"
+            if work_limit is None or remaining(work_limit, spent["work"]) >= MIN_WORK:
+                try:
+                    second, state2, _ = run(expected)
+                except OutOfTime:
+                    state2 = "none"
             if state2 in ("optimal", "feasible"):
                 solver = second
-            return _answer(solver, state, x, used, q, n, G, bound)
-        return _answer(solver, state, x, used, q, n, G, solver.BestObjectiveBound() / US if state == "feasible" else None)
-    solver, state = run(expected)
-    return _answer(solver, state, x, used, q, n, G, solver.BestObjectiveBound() / (US * R) if state in ("optimal", "feasible") else None)
+            return _answer(solver, state, x, used, q, n, G, bound, None, spent["work"])
+        return _answer(solver, state, x, used, q, n, G,
+                       solver.BestObjectiveBound() / US if state == "feasible" else None, why, spent["work"])
+    solver, state, why = run(expected)
+    return _answer(solver, state, x, used, q, n, G,
+                   solver.BestObjectiveBound() / (US * R) if state in ("optimal", "feasible") else None, why,
+                   spent["work"])
 
 
-def _answer(solver, state, x, used, q, n, G, bound) -> BackendAnswer:
+def _answer(solver, state, x, used, q, n, G, bound, why, work) -> BackendAnswer:
     if state not in ("optimal", "feasible"):
-        return BackendAnswer(state, None, None, None)
+        return BackendAnswer(state, None, None, None, why, work)
     groups = [[i for i in range(g, n) if solver.Value(x[i, g])] for g in range(G) if solver.Value(used[g])]
     counts = [solver.Value(q[g]) for g in range(G) if solver.Value(used[g])]
-    return BackendAnswer(state, groups, counts, bound)
+    return BackendAnswer(state, groups, counts, bound, why, work)
 
 
 @register("gradcode", "cpsat", exact=True, requires=("ortools",),
           description="CP-SAT: groups and partition counts for heterogeneous workers, min expected/worst step")
 def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, objective: GradcodeAxis = "expected",
-                scenarios: int = 64, structure: Literal["best", "groups"] = "best"):
-    """The time limit covers building the model, the search and the re-scoring."""
+                scenarios: int = 64, structure: Literal["best", "groups"] = "best", work_limit: float | None = None):
+    """The time limit covers building the model, the search and the re-scoring; ``work_limit``:
+    CP-SAT deterministic seconds for the search (None: none)."""
+    check_work_limit(work_limit)
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     if structure not in STRUCTURES:
         raise ValueError(f"unknown structure {structure!r} ({', '.join(STRUCTURES)})")
     data = assignment_data(problem, objective, scenarios=scenarios, seed=seed)
     try:
-        answer = solve_model(data, deadline=search, seed=seed, threads=threads)
+        answer = solve_model(data, deadline=search, seed=seed, threads=threads, work_limit=work_limit)
     except OutOfTime:
-        answer = BackendAnswer("none", None, None, None)
-    params = {"objective": objective, "scenarios": scenarios, "structure": structure}
+        answer = BackendAnswer("none", None, None, None, "time")
+    params = {"objective": objective, "scenarios": scenarios, "structure": structure, "work_limit": work_limit,
+              "work": answer.work}
     return assignment_result(data, "cpsat", answer, structure=structure, params=params, clock=clock, search=search)

@@ -1,9 +1,14 @@
 """The heterogeneous assignment (``assignment``) as a MILP through PuLP (HiGHS, else CBC), in
 seconds, with big-M links instead of CP-SAT's enforced constraints; the worst-case objective is
-solved lexicographically (worst case, then expected step time)."""
+solved lexicographically (worst case, then expected step time).
+
+``node_limit``: the most branch-and-bound nodes of each solve (HiGHS ``mip_max_nodes``, CBC
+``maxNodes``), the MILP's work limit; HiGHS has no deterministic clock and does not count the
+root node's work, which only the wall-clock limit bounds (see ``pulp_backend``)."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Literal
 
 from pipeplan.core.deadline import Deadline, OutOfTime
@@ -17,11 +22,11 @@ HANDOVER_PER_BUILD = 1.0   # PuLP's hand-over to the solver, in units of the mod
 
 
 def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads: int,
-                backend: str = "highs") -> BackendAnswer:
+                backend: str = "highs", node_limit: int | None = None) -> BackendAnswer:
     """Raises OutOfTime when the deadline passes before the model is built and handed over."""
     import pulp
 
-    from pipeplan.solvers.pulp_backend import make_solver, pick_backend
+    from pipeplan.solvers.pulp_backend import highs_nodes, make_solver, pick_backend, stopped_by
 
     p, n, G, Q = data.problem, data.n, data.groups, data.qmax
     if G == 0:
@@ -101,6 +106,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
             q[g].setInitialValue(hint[1][g] if g < len(hint[0]) else 0)
     backend = pick_backend(backend)
     built = deadline.elapsed()
+    spent = {"nodes": 0, "why": None}
 
     def run(objective):
         # PuLP hands the model over to the solver row by row, which no time limit covers:
@@ -110,22 +116,28 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
         prob.setObjective(objective)
         warm = any(v.varValue is not None for v in prob.variables())
         left = deadline.remaining(floor=0.05) if deadline.limit is not None else 60.0
-        prob.solve(make_solver(backend, time_limit=left, threads=threads, seed=seed, warm=warm))
+        began = time.perf_counter()
+        prob.solve(make_solver(backend, time_limit=left, threads=threads, seed=seed, warm=warm,
+                               node_limit=node_limit))
         state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
                  pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "none")
+        spent["nodes"] += highs_nodes(prob, backend) or 0
+        spent["why"] = None if state in ("optimal", "infeasible") else stopped_by(
+            prob, backend, node_limit=node_limit, time_limit=left, wall_s=time.perf_counter() - began)
         bound = prob.objective.value() if state == "optimal" else None
         if backend == "highs" and state == "feasible":
             dual = prob.solverModel.getInfo().mip_dual_bound
             bound = dual if math.isfinite(dual) else None
         return state, bound
 
-    def answer(state, bound) -> BackendAnswer:
+    def answer(state, bound, why=None) -> BackendAnswer:
+        work = spent["nodes"] if backend == "highs" else None
         if state not in ("optimal", "feasible"):
-            return BackendAnswer(state, None, None, None)
+            return BackendAnswer(state, None, None, None, why, work)
         on = lambda v: (v.varValue or 0) > 0.5
         groups = [[i for i in range(n) if (i, g) in x and on(x[i, g])] for g in range(G) if on(used[g])]
         counts = [int(round(q[g].varValue)) for g in range(G) if on(used[g])]
-        return BackendAnswer(state, groups, counts, bound)
+        return BackendAnswer(state, groups, counts, bound, why, work)
 
     if data.objective == "worst":
         state, bound = run(worst)
@@ -137,24 +149,30 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
             except OutOfTime:
                 return first
             return answer(state, bound) if state2 in ("optimal", "feasible") else first
-        return answer(state, bound)
-    return answer(*run(expected))
+        return answer(state, bound, spent["why"])
+    state, bound = run(expected)
+    return answer(state, bound, spent["why"])
 
 
 @register("gradcode", "milp", exact=True, requires=("pulp",),
           description="MILP (PuLP; HiGHS, else CBC): groups and partition counts, min expected/worst step")
 def solve_milp(problem, *, time_limit=None, seed=0, threads=1, objective: GradcodeAxis = "expected",
                scenarios: int = 64, structure: Literal["best", "groups"] = "best",
-               backend: Literal["highs", "cbc"] = "highs"):
+               backend: Literal["highs", "cbc"] = "highs", node_limit: int | None = None):
     """The time limit covers building the model, handing it to the solver, the search and the
-    re-scoring."""
+    re-scoring; ``node_limit``: branch-and-bound nodes per solve (None: none)."""
+    from pipeplan.solvers.pulp_backend import check_node_limit
+
+    check_node_limit(node_limit)
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     if structure not in STRUCTURES:
         raise ValueError(f"unknown structure {structure!r} ({', '.join(STRUCTURES)})")
     data = assignment_data(problem, objective, scenarios=scenarios, seed=seed)
     try:
-        answer = solve_model(data, deadline=search, seed=seed, threads=threads, backend=backend)
+        answer = solve_model(data, deadline=search, seed=seed, threads=threads, backend=backend,
+                             node_limit=node_limit)
     except OutOfTime:
-        answer = BackendAnswer("none", None, None, None)
-    params = {"objective": objective, "scenarios": scenarios, "structure": structure, "backend": backend}
+        answer = BackendAnswer("none", None, None, None, "time")
+    params = {"objective": objective, "scenarios": scenarios, "structure": structure, "backend": backend,
+              "node_limit": node_limit, "nodes": answer.work}
     return assignment_result(data, "milp", answer, structure=structure, params=params, clock=clock, search=search)

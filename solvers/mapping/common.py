@@ -62,12 +62,18 @@ def objective_key(objective: str):
 def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective: str = "period",
                   termination: Termination = Termination.COMPLETED, quality: Quality = Quality.FEASIBLE,
                   bound: dict[str, float] | None = None, params: dict | None = None,
-                  message: str = "") -> SolveResult:
+                  message: str = "", stopped_by: str | None = None) -> SolveResult:
     """Evaluate ``plan`` with the formulation's evaluator (never the solver's own numbers) and
-    report the gap of ``objective`` against ``bound`` (default: the formulation's lower bounds)."""
+    report the gap of ``objective`` against ``bound`` (default: the formulation's lower bounds).
+    A lower bound above the plan's own value of the same objective cannot hold: it is clamped
+    to that value (what the model's integer units or a solver's tolerances can leave).
+    ``stopped_by``: "work" or "time" when a limit cut the run short (``SolveResult.stopped_by``)."""
     ev = evaluate(problem, plan)
     objectives = ev.objectives()
-    bound = lower_bounds(problem) if bound is None else bound
+    bound = dict(lower_bounds(problem) if bound is None else bound)
+    for k, value in bound.items():
+        if k in objectives:
+            bound[k] = min(value, objectives[k])
     key = mapping_key(objective)
     gap = None
     if key in bound and objectives[key] > 0:
@@ -76,4 +82,4 @@ def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective
     plan_dict["instance"] = problem.name
     return SolveResult("mapping", problem.name, solver, termination, quality, objectives=objectives,
                        bound=bound, gap=gap, params={"objective": objective, **(params or {})},
-                       plan=plan_dict, message=message)
+                       plan=plan_dict, message=message, stopped_by=stopped_by)

@@ -19,15 +19,26 @@ The unit that reads the input is placed in stage 0 (as in the brute-force plan s
 
 Building is linear in units x stages x PUs + edges x PU pairs and checks its ``deadline`` per
 unit and per edge: past it the builder (and :meth:`MappingCpModel.hint`) raises OutOfTime.
+
+Limits: a solve takes a wall-clock limit and a work limit (``work_limit``: CP-SAT's
+deterministic time, ``max_deterministic_time``); with one worker and a fixed seed a solve that
+the work limit stops is the same on any machine load. :class:`CpOutcome` says which stopped it.
+
+Bounds: times are rounded to whole microseconds (energies to nanojoules), so a plan's model
+value and its evaluator value differ by at most ``MappingCpModel.slack[axis]`` model units.
+:func:`bound_from_model` turns CP-SAT's best bound into one that holds for the evaluator's
+values: whole model units up (the objective is an integer), less that slack, rounded down.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, work_done
 from pipeplan.solvers.mapping.common import paced, transfer_times
 
 if TYPE_CHECKING:
@@ -48,6 +59,17 @@ def from_model(axis: str, value: float) -> float:
     return value / scale
 
 
+def bound_from_model(axis: str, bound: float, slack: float = 0.0) -> float:
+    """CP-SAT's best bound of ``axis`` (model units) as a lower bound in ms (or mJ), never
+    rounded up: whole model units up (every model value is an integer), less ``slack`` model
+    units (the rounding of the model's times, ``MappingCpModel.slack``), the quotient rounded
+    down to the float below when the division rounded it up."""
+    scale = US if axis != "energy" else NJ * 1000.0
+    units = max(0.0, math.ceil(bound - 1e-6) - slack)
+    value = units / scale
+    return math.nextafter(value, -math.inf) if value * scale > units else value
+
+
 @dataclass
 class CpOutcome:
     status: str                      # optimal | feasible | infeasible | unknown | invalid
@@ -55,6 +77,8 @@ class CpOutcome:
     values: dict[str, int]           # model values of the three objectives (integer units)
     bound: float | None              # best bound of the last objective, model units
     wall_time_s: float
+    work: float = 0.0                # CP-SAT's deterministic time of this solve
+    stopped_by: str | None = None    # "work" or "time" when a limit stopped the solve, else None
 
 
 class MappingCpModel:
@@ -214,6 +238,34 @@ class MappingCpModel:
         self.energy = m.NewIntVar(0, 10**15, "energy")  # 1e15 nJ = 1 MJ per frame: no real bound
         m.Add(self.energy == sum(energy_terms))
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}
+        self.slack = self._rounding_slack(runnable, xfer, t_in, t_out, top)
+
+    def _rounding_slack(self, runnable, xfer, t_in, t_out, top) -> dict[str, float]:
+        """Per axis, the most (model units) by which a plan's model value can differ from its
+        evaluator value: a stage time or PU load sums at most one rounded duration per unit, one
+        rounded transfer per edge and the input and output phases, and the stages' times sum
+        disjoint units (so one sum bounds period and latency); energy sums its rounded terms,
+        and with ``per_pu`` the idle power (rounded to mW) over the rounded period and loads."""
+        prof, idx = self.problem.profile, self.problem.index
+
+        def err(model: float, true: float) -> float:
+            return abs(model - true)
+        time_err = sum(max(err(self.dur[(u, p)], prof.time(idx[u], p, top[p]) * US) for p in runnable[u])
+                       for u in self.units)
+        time_err += sum(max((err(round(t * US), t * US) for t in x.values()), default=0.0) for x in xfer)
+        for table in (prof.input_stage, prof.output_stage):
+            time_err += max((err(round(ph.time_ms * US), ph.time_ms * US)
+                             for p in self.pus if (ph := table.get(p, {}).get(top[p]))), default=0.0)
+        energy_err = sum(err(round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ),
+                             prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ)
+                         for u in self.units for p in runnable[u])
+        energy_err += 1.0 + 0.5 * sum(len(x) for x in xfer)   # the input and output phases, the handoffs
+        if prof.power_model == "per_pu":
+            for p in self.pus:
+                idle = prof.pus[p].idle_power_mw
+                if idle:
+                    energy_err += err(round(idle), idle) * self.horizon + 2 * round(idle) * time_err
+        return {"period": time_err, "latency": time_err, "energy": energy_err}
 
     # ------------------------------------------------------------------ solving
 
@@ -227,12 +279,14 @@ class MappingCpModel:
         for (u, s, p), var in paced(self.x.items(), self.deadline):
             self.m.AddHint(var, 1 if place.get(u) == (s, p) else 0)
 
-    def solve(self, objective: str, *, time_limit: float | None, seed: int, threads: int) -> CpOutcome:
+    def solve(self, objective: str, *, time_limit: float | None, seed: int, threads: int,
+              work_limit: float | None = None) -> CpOutcome:
+        """Minimise ``objective`` within ``time_limit`` seconds and ``work_limit`` deterministic
+        seconds (either None: no such limit)."""
         from ortools.sat.python import cp_model
         self.m.Minimize(self.vars[objective])
         solver = cp_model.CpSolver()
-        if time_limit is not None:
-            solver.parameters.max_time_in_seconds = max(0.05, float(time_limit))
+        set_limits(solver, time_limit=time_limit, work_limit=work_limit)
         solver.parameters.num_workers = max(1, int(threads))
         solver.parameters.random_seed = int(seed)
         # the LP relaxation with all linear constraints proves block-chain optima faster
@@ -248,7 +302,8 @@ class MappingCpModel:
         bound = solver.BestObjectiveBound() if status in ("optimal", "feasible") else None
         if status == "invalid":
             raise RuntimeError(f"CP-SAT model invalid: {self.m.Validate()}")
-        return CpOutcome(status, plan, values, bound, solver.WallTime())
+        work = work_done(solver)
+        return CpOutcome(status, plan, values, bound, solver.WallTime(), work, stopped_by(status, work, work_limit))
 
     def _extract(self, solver: cp_model.CpSolver) -> Plan:
         where = {}

@@ -1,5 +1,11 @@
 """Exact mapping solver on the MILP of ``milp_model`` through PuLP: HiGHS by default, CBC as
-fallback. PuLP is imported on the first solve, so the registry loads without it."""
+fallback. PuLP is imported on the first solve, so the registry loads without it.
+
+Work limit: ``node_limit``, the most branch-and-bound nodes of each solve (HiGHS's
+``mip_max_nodes``, CBC's ``maxNodes``). HiGHS has no deterministic clock: the root node
+(presolve, root LP, cuts) is not counted, so the wall-clock time limit stays the only bound of
+a model whose root outlasts it (see ``pulp_backend``); ``SolveResult.stopped_by`` says which
+limit stopped a run."""
 from __future__ import annotations
 
 import time
@@ -7,7 +13,7 @@ from typing import Literal
 
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
-from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
 from pipeplan.core.vocabulary import MappingAxis
@@ -20,7 +26,7 @@ from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
           description="MILP (PuLP; HiGHS, else CBC): stages, PU sets, placement and schedule, proven optimal")
 def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: MappingAxis = "period",
                bounds: dict | None = None, max_stages: int | None = None, backend: Literal["highs", "cbc"] = "highs",
-               shared_pus: Literal[False] = False) -> SolveResult:
+               shared_pus: Literal[False] = False, node_limit: int | None = None) -> SolveResult:
     """Minimise ``objective`` under the epsilon ``bounds`` ({"latency_ms": ..., ...}), then its
     tie-break with the primary held at its optimum. ``warm_start``: a Plan to start from (the
     default is a cold start, so the MILP stays an independent check of cpsat). When the time
@@ -31,8 +37,9 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     import pulp
 
     from pipeplan.solvers.mapping.milp_model import TIE_SLACK, MappingMilp, run_milp
-    from pipeplan.solvers.pulp_backend import pick_backend
+    from pipeplan.solvers.pulp_backend import check_node_limit, pick_backend
 
+    check_node_limit(node_limit)
     search = search_deadline(time_limit, problem)
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r} (choose from {', '.join(AXES)})")
@@ -43,21 +50,25 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
         if key not in axis_of:
             raise ValueError(f"unknown bound {key!r} (use {', '.join(AXES.values())})")
     backend = pick_backend(backend)
-    params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": max_stages}
+    params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": max_stages,
+              "node_limit": node_limit, "nodes": 0}
     warm_start = warm_start or None
     # what comes back if time runs out first (none under epsilon bounds, which it need not meet)
     fallback_plan = None
-    if time_limit is not None and not bounds:
-        fallback_plan = warm_start or best_heuristic_plan(problem, objective, Deadline(search.remaining() / 2))
+    if (time_limit is not None or node_limit is not None) and not bounds:
+        left = search.remaining()
+        fallback_plan = warm_start or best_heuristic_plan(problem, objective,
+                                                          Deadline(None if left is None else left / 2))
 
-    def fallback(notes: list[str]) -> SolveResult:
-        """Out of time without a MILP solution: the warm start, else the best heuristic plan."""
+    def fallback(notes: list[str], why: str = "time") -> SolveResult:
+        """Out of time (or nodes) without a MILP solution: the warm start, else the best heuristic plan."""
+        notes.append(stop_note(why))
         if fallback_plan is None:
             return SolveResult("mapping", problem.name, "milp", Termination.TIME_LIMIT, Quality.NONE, params=params,
-                               message="; ".join(notes))
+                               message="; ".join(notes), stopped_by=why)
         notes.append("returning the warm start" if warm_start else "returning the best heuristic plan")
         return scored_result(problem, "milp", fallback_plan, objective=objective, termination=Termination.TIME_LIMIT,
-                             quality=Quality.FEASIBLE, params=params, message="; ".join(notes))
+                             quality=Quality.FEASIBLE, params=params, message="; ".join(notes), stopped_by=why)
 
     began = time.perf_counter()
     try:
@@ -77,32 +88,41 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     if warm_start is not None and not model.set_start(warm_start):
         notes.append("warm start ignored (shared PUs or more stages than the model has)")
     params["max_stages"] = model.S
-    run = dict(backend=backend, threads=threads, seed=seed)
+    run = dict(backend=backend, threads=threads, seed=seed, node_limit=node_limit)
     if time_limit is not None and solve_time() < 0.5:
         return fallback([f"too little time left to load and solve the model ({reserve / 0.9:.1f} s to build)"])
-    state, value, dual = run_milp(model, objective, **run, time_limit=solve_time())
+    first = run_milp(model, objective, **run, time_limit=solve_time())
+    params["nodes"] = first.nodes
+    state, value, dual = first.state, first.value, first.dual
     if state in ("infeasible", "none"):
         if state == "infeasible":
             termination = Termination.INFEASIBLE
             notes.append(f"no plan meets the bounds {bounds}" if bounds else "no plan fits the model")
         else:
-            termination = Termination.TIME_LIMIT if time_limit is not None else Termination.ERROR
+            limited = time_limit is not None or node_limit is not None
+            termination = Termination.TIME_LIMIT if limited else Termination.ERROR
             notes.append(f"no plan found ({pulp.LpStatus[model.prob.status]})")
-            if not bounds and time_limit is not None:
-                return fallback(notes)
+            if not bounds and limited:
+                return fallback(notes, first.stopped_by or "time")
+            if limited:
+                notes.append(stop_note(first.stopped_by or "time"))
+                return SolveResult("mapping", problem.name, "milp", termination, Quality.NONE, params=params,
+                                   message="; ".join(notes), stopped_by=first.stopped_by or "time")
         return SolveResult("mapping", problem.name, "milp", termination, Quality.NONE, params=params,
                            message="; ".join(notes))
     plan = model.plan()
     key = AXES[objective]
     if state == "feasible":
-        notes.append("stopped at the time limit")
+        why = first.stopped_by or "time"
+        notes.append(stop_note(why, f"{first.nodes} nodes" if first.nodes is not None else ""))
         return scored_result(problem, "milp", plan, objective=objective, termination=Termination.TIME_LIMIT,
                              quality=Quality.FEASIBLE, bound={key: dual} if dual is not None else None,
-                             params=params, message="; ".join(notes))
+                             params=params, message="; ".join(notes), stopped_by=why)
     model.add_upper_bound(objective, value * (1 + TIE_SLACK) + TIE_SLACK)
     if time_limit is None or solve_time() >= 0.5:
-        second, _, _ = run_milp(model, TIE_BREAK[objective], **run, time_limit=solve_time())
-        if second in ("optimal", "feasible"):
+        second = run_milp(model, TIE_BREAK[objective], **run, time_limit=solve_time())
+        params["nodes"] = (first.nodes or 0) + (second.nodes or 0) if first.nodes is not None else None
+        if second.state in ("optimal", "feasible"):
             plan = min(plan, model.plan(), key=lambda pl: objective_key(objective)(evaluate(problem, pl)))
     bound = {key: evaluate(problem, plan).objectives()[key]}
     return scored_result(problem, "milp", plan, objective=objective, termination=Termination.OPTIMAL,

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
+from dataclasses import dataclass
 
 import networkx as nx
 import pulp
@@ -42,7 +44,7 @@ from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.solvers.mapping.common import paced, transfer_times
-from pipeplan.solvers.pulp_backend import make_solver
+from pipeplan.solvers.pulp_backend import highs_nodes, make_solver, stopped_by
 
 TIE_SLACK = 1e-9        # the primary may exceed its optimum by this (relative and absolute)
 
@@ -320,13 +322,25 @@ def _path_cover(problem, deadline: Deadline) -> list[list[int]]:
 # ------------------------------------------------------------------------------ backends
 
 
-def run_milp(model: MappingMilp, axis: str, backend: str, *, time_limit, threads, seed):
-    """Minimise ``axis``; returns (state, value, dual bound or None) with state one of
-    optimal / feasible / infeasible / none."""
+@dataclass
+class MilpOutcome:
+    state: str                  # optimal / feasible / infeasible / none
+    value: float | None         # the MILP's objective value
+    dual: float | None          # HiGHS's dual bound when not proven optimal
+    stopped_by: str | None      # "work" (node limit) or "time" when a limit stopped the solve
+    nodes: int | None           # HiGHS's branch-and-bound nodes
+
+
+def run_milp(model: MappingMilp, axis: str, backend: str, *, time_limit, threads, seed,
+             node_limit: int | None = None) -> MilpOutcome:
+    """Minimise ``axis`` within ``time_limit`` seconds and ``node_limit`` nodes."""
     prob = model.prob
     prob.setObjective(model.objectives[axis])
     warm = any(v.varValue is not None for v in prob.variables())
-    prob.solve(make_solver(backend, time_limit=time_limit, threads=threads, seed=seed, warm=warm))
+    began = time.perf_counter()
+    prob.solve(make_solver(backend, time_limit=time_limit, threads=threads, seed=seed, warm=warm,
+                           node_limit=node_limit))
+    wall = time.perf_counter() - began
     state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
              pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "none")
     dual = None
@@ -334,4 +348,6 @@ def run_milp(model: MappingMilp, axis: str, backend: str, *, time_limit, threads
         value = prob.solverModel.getInfo().mip_dual_bound
         dual = value + prob.objective.constant if math.isfinite(value) else None
     value = prob.objective.value() if state in ("optimal", "feasible") else None
-    return state, value, dual
+    why = None if state in ("optimal", "infeasible") else stopped_by(
+        prob, backend, node_limit=node_limit, time_limit=time_limit, wall_s=wall)
+    return MilpOutcome(state, value, dual, why, highs_nodes(prob, backend))

@@ -12,6 +12,13 @@ The time limit covers seeding (at most half of it), the search and the final sco
 repairs and evaluations check the deadline one by one, so that on large graphs, where one
 evaluation takes a noticeable time, the run stops inside a generation, even the first, with
 the archive so far (at least the first seed).
+
+``max_evaluations`` is the work limit: the run stops when it would score one more distinct plan
+than that (plans met again come from the archive and cost no evaluation), inside a generation
+if need be; ``generations`` bounds the generations as before (a run that ends them is
+``completed``). With the same seed a run the work limit stops returns the same front on any
+machine load, the time limit being the safety net; ``SolveResult.stopped_by`` says which limit
+stopped a run.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ import numpy as np
 
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
-from pipeplan.core.result import Termination
+from pipeplan.core.result import Termination, stop_note
 from pipeplan.core.vocabulary import MAPPING_AXES as OBJECTIVES
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXIS_KEYS
 from pipeplan.core.vocabulary import MAPPING_TIE_BREAK, MappingAxis
@@ -129,18 +136,27 @@ class GeneCodec:
         return self.repair(genes)
 
 
-class Archive:
-    """Every distinct plan the search meets, evaluated once: repaired genes -> evaluator objectives."""
+class OutOfWork(Exception):
+    """The archive holds ``max_evaluations`` plans and was asked to score a new one."""
 
-    def __init__(self, codec: GeneCodec, objectives: tuple[str, ...]):
+
+class Archive:
+    """Every distinct plan the search meets, evaluated once: repaired genes -> evaluator
+    objectives. With ``max_evaluations``, scoring a new plan beyond that many raises OutOfWork."""
+
+    def __init__(self, codec: GeneCodec, objectives: tuple[str, ...], max_evaluations: int | None = None):
         self.codec = codec
         self.keys = [AXIS_KEYS[o] for o in objectives]
         self.scores: dict[bytes, dict[str, float]] = {}
+        self.max_evaluations = max_evaluations
 
-    def score(self, x) -> list[float]:
+    def score(self, x, *, force: bool = False) -> list[float]:
+        """``force``: score a new plan even past the work limit (the run's first seed)."""
         genes = self.codec.repair(x)
         key = genes.astype(np.int8).tobytes()
         if key not in self.scores:
+            if not force and self.max_evaluations is not None and len(self.scores) >= self.max_evaluations:
+                raise OutOfWork
             self.scores[key] = evaluate(self.codec.problem, self.codec.plan(genes)).objectives()
         return [self.scores[key][k] for k in self.keys]
 
@@ -203,7 +219,7 @@ def _initial_genes(codec: GeneCodec, archive: Archive, problem: MappingProblem, 
     seed is scored into the archive whatever the time, so that the run always has a plan."""
     warm = plan_from_dict(warm_start) if isinstance(warm_start, dict) else warm_start
     seeded = [codec.encode(p) for p in ([warm] if warm is not None else []) + seed_plans(problem, deadline, max_stages)]
-    archive.score(seeded[0])
+    archive.score(seeded[0], force=True)
     rng = np.random.default_rng(seed)
     randoms = rng.integers(0, codec.upper + 1, size=(max(0, pop_size - len(seeded)), len(codec.upper)))
     return np.vstack(seeded + [randoms])
@@ -213,19 +229,24 @@ def _initial_genes(codec: GeneCodec, archive: Archive, problem: MappingProblem, 
           description="NSGA-II (pymoo): Pareto front of period / latency / energy")
 def solve_nsga2(problem: MappingProblem, *, time_limit: float | None = None, seed: int = 0,
                 warm_start=None, objectives=None, objective: MappingAxis = "period", pop_size: int = 60,
-                generations: int = 200, max_stages: int | None = None):
+                generations: int = 200, max_stages: int | None = None, max_evaluations: int | None = None):
     """One thread. ``objectives`` defaults to ``objective`` and its usual partner (period-latency,
-    latency-period, energy-period); the returned plan is the front's best on the first."""
+    latency-period, energy-period); the returned plan is the front's best on the first.
+    ``max_evaluations``: the most distinct plans the evaluator scores (the work limit; None:
+    only ``generations`` and the time limit stop the run)."""
+    if max_evaluations is not None and (isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int)
+                                        or max_evaluations < 1):
+        raise ValueError(f"max_evaluations must be an integer >= 1, got {max_evaluations!r}")
     search = search_deadline(time_limit, problem)
     if objectives is None:
         objectives = (objective, MAPPING_TIE_BREAK[objective])
     objectives = _check_objectives(objectives)
     codec = GeneCodec(problem, max_stages)
-    archive = Archive(codec, objectives)
+    archive = Archive(codec, objectives, max_evaluations)
     left = search.remaining()
     initial = _initial_genes(codec, archive, problem, pop_size=pop_size, seed=seed, warm_start=warm_start,
                              max_stages=max_stages, deadline=Deadline(None if left is None else left / 2))
-    timed_out, generations_run = False, 0
+    stopped_by, generations_run = None, 0
     try:
         mop, algorithm = _nsga2(archive, initial, pop_size, search)
         algorithm.setup(mop, termination=("n_gen", generations), seed=seed, verbose=False)
@@ -233,21 +254,25 @@ def solve_nsga2(problem: MappingProblem, *, time_limit: float | None = None, see
             algorithm.next()
             generations_run += 1
             if search.expired():
-                timed_out = algorithm.has_next()
+                stopped_by = "time" if algorithm.has_next() else None
                 break
     except OutOfTime:                    # inside a generation: the archive holds what it scored
-        timed_out = True
+        stopped_by = "time"
+    except OutOfWork:                    # the same: the archive holds max_evaluations plans
+        stopped_by = "work"
 
     front = archive.front()  # lexicographic: front[0] is best on the first objective, then the second
     best_key = front[0][1]
     plans = {key: codec.plan(np.frombuffer(key, dtype=np.int8)) for _, key in front}
     result = scored_result(
         problem, "nsga2", plans[best_key], objective=objectives[0],
-        termination=Termination.TIME_LIMIT if timed_out else Termination.COMPLETED,
+        termination=Termination.COMPLETED if stopped_by is None else Termination.TIME_LIMIT,
         params={"objectives": list(objectives), "pop_size": pop_size, "generations": generations,
-                "generations_run": generations_run,
+                "generations_run": generations_run, "max_evaluations": max_evaluations,
                 "evaluations": len(archive.scores), "max_stages": codec.n_stages},
-        message=f"{len(front)} non-dominated plans from {len(archive.scores)} evaluated")
+        message="; ".join(filter(None, [f"{len(front)} non-dominated plans from {len(archive.scores)} evaluated",
+                                        stop_note(stopped_by, f"{generations_run} generations")])),
+        stopped_by=stopped_by)
     result.front = [{"objectives": dict(archive.scores[key]),
                      "plan": {**plans[key].to_dict(), "instance": problem.name}} for _, key in front]
     return result

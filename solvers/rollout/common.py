@@ -15,15 +15,17 @@ class InvalidSchedule(RuntimeError):
 
 def scored_result(problem: RolloutProblem, solver: str, schedule: Schedule, *,
                   termination: Termination = Termination.COMPLETED, quality: Quality = Quality.FEASIBLE,
-                  bound: float | None = None, params: dict | None = None, message: str = "") -> SolveResult:
+                  bound: float | None = None, params: dict | None = None, message: str = "",
+                  stopped_by: str | None = None) -> SolveResult:
     """``bound`` defaults to the analytic lower bound of the train end; a larger valid bound
-    (a proven CP-SAT bound) may be passed."""
+    (a proven CP-SAT bound) may be passed. A bound above the schedule's own train end cannot
+    hold: it is clamped to it. ``stopped_by``: "work" or "time" when a limit cut the run short."""
     violations = check(problem, schedule)
     if violations:
         raise InvalidSchedule(f"{len(violations)} violations, first: {violations[0]}")
     objectives = schedule.metrics()
-    lb = max(train_end_lower_bound(problem), bound or 0.0)
     end = objectives["train_end_s"]
+    lb = min(max(train_end_lower_bound(problem), bound or 0.0), end)
     return SolveResult("rollout", problem.name, solver, termination, quality, objectives=objectives,
                        bound={"train_end_s": lb}, gap=max(0.0, (end - lb) / end) if end > 0 else 0.0,
-                       params=params or {}, plan=schedule.plan(), message=message)
+                       params=params or {}, plan=schedule.plan(), message=message, stopped_by=stopped_by)

@@ -17,6 +17,10 @@ The time limit covers everything: the hint is built first; the model (R x R/U as
 literals, so it grows quadratically) is built while time is left, less the replay's share; when
 the model is not built in time or CP-SAT finds no schedule, the hint schedule is replayed and
 returned with termination ``time_limit`` and its gap to the analytic bound.
+
+``work_limit`` (CP-SAT deterministic seconds) is the search's work limit: with one thread a run
+it stops is the same on any machine load, the wall clock being the safety net;
+``SolveResult.stopped_by`` says which limit stopped a run.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import time
 
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
-from pipeplan.core.result import Quality, Termination
+from pipeplan.core.result import Quality, Termination, stop_note
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.fixed_model import completions, fixed_model, list_schedule
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
@@ -33,6 +37,7 @@ from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import PLAN_SCHEMA
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.trainer import chunks, run_updates, stream_order
+from pipeplan.solvers.cpsat_backend import check_work_limit, set_limits, stopped_by, work_done
 from pipeplan.solvers.rollout.common import scored_result
 from pipeplan.solvers.rollout.policies import CgpPolicy
 
@@ -154,17 +159,22 @@ class RolloutCpModel:
             free = s + d
         md.AddHint(self.obj, free)
 
-    def solve(self, time_limit, seed, threads):
+    def solve(self, time_limit, seed, threads, work_limit: float | None = None):
+        """(status, starts, batches, bound, value); ``self.work`` and ``self.stopped_by`` then
+        hold the deterministic time used and the limit that stopped the solve, if one did."""
         from ortools.sat.python import cp_model
         solver = cp_model.CpSolver()
         if time_limit is not None:
             solver.parameters.max_time_in_seconds = float(time_limit)
+        set_limits(solver, time_limit=None, work_limit=work_limit)
         solver.parameters.num_workers = max(1, int(threads))
         solver.parameters.random_seed = int(seed)
         status = solver.Solve(self.md)
         if status == cp_model.MODEL_INVALID:
             raise RuntimeError(f"CP-SAT model invalid: {self.md.Validate()}")
         names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
+        self.work = work_done(solver)
+        self.stopped_by = stopped_by(names.get(status, "unknown"), self.work, work_limit)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return names.get(status, "unknown"), None, None, None, None
         starts = [self.grid * solver.Value(v) for v in self.step]
@@ -217,10 +227,12 @@ def best_replay(problem: RolloutProblem, plans: list[tuple[str, list[float], lis
 @register("rollout", "cpsat", exact=True, requires=("ortools",),
           description="offline optimum with known lengths (CP-SAT), re-scored by replay in the simulator")
 def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | None = None,
-                time_unit_s: float = 1e-3):
+                time_unit_s: float = 1e-3, work_limit: float | None = None):
     """With a linear engine every planned start lies on the engine's step grid (c0), so the
     replay is exact. The time limit covers building the model and the hint too; past it the
-    hint schedule comes back (termination time_limit)."""
+    hint schedule comes back (termination time_limit). ``work_limit``: CP-SAT deterministic
+    seconds for the search (None: none)."""
+    check_work_limit(work_limit)
     clock = Deadline(time_limit)
     rescore = RESCORE_S + RESCORE_S_PER_REQUEST * problem.n_requests
     search = Deadline(None if time_limit is None else max(0.0, time_limit - rescore))
@@ -229,13 +241,15 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | Non
     m = fixed_model(problem, tau)
     unit, grid = (m.tau / GRID, GRID) if m.exact else (time_unit_s, 1)
     hint = best_hint(problem, m, search)
-    status = "not built"
+    status, why, work = "not built", "time", 0.0
     try:
         search.check()
         model = RolloutCpModel(problem, m, unit, grid, deadline=search)
         model.hint([grid * math.ceil(s / unit / grid - 1e-9) for s in hint[1]], hint[2], deadline=search)
         search.check()
-        status, starts_u, batches, bound_u, value_u = model.solve(search.remaining(floor=0.05), seed, threads)
+        status, starts_u, batches, bound_u, value_u = model.solve(search.remaining(floor=0.05), seed, threads,
+                                                                  work_limit)
+        why, work = model.stopped_by, model.work
     except OutOfTime:
         starts_u = None
     if status == "infeasible":
@@ -246,14 +260,16 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | Non
     schedule, source, how = best_replay(problem, plans, clock)
     schedule.policy = "cpsat"
     if source == "hint":
+        limit = "work limit" if why == "work" else "time limit"
         if starts_u is None:
-            why = f"CP-SAT {'model not built' if status == 'not built' else status} within the time limit"
+            why_text = f"CP-SAT {'model not built' if status == 'not built' else status} within the {limit}"
             valid_bound = None
         else:
-            why = (f"CP-SAT's best within the time limit ({value_u * unit:.3f} s on the model) replays worse "
-                   "than the hint")
+            why_text = (f"CP-SAT's best within the {limit} ({value_u * unit:.3f} s on the model) replays worse "
+                        "than the hint")
             valid_bound = (bound_u * unit - model.slack_s) if model.exact else None
-        return _hint_result(problem, m, unit, hint, status, schedule, how, why, valid_bound)
+        return _hint_result(problem, m, unit, hint, status, schedule, how, why_text, valid_bound, why or "time",
+                            work, work_limit)
     model_value, model_bound = value_u * unit, bound_u * unit
     replayed = schedule.metrics()["train_end_s"]
     if model.exact and replayed > model_value + 1e-6 * max(1.0, model_value):
@@ -262,26 +278,31 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | Non
     proven = model.exact and replayed - valid_bound <= OPTIMALITY_TOL * replayed
     model_gap = (model_value - model_bound) / model_value if model_value > 0 else 0.0
     params = {"tau_s": m.tau, "time_unit_s": unit, "model_exact": model.exact, "model_status": status,
-              "model_train_end_s": model_value, "model_bound_s": model_bound, "model_gap": model_gap, "replay": how}
+              "model_train_end_s": model_value, "model_bound_s": model_bound, "model_gap": model_gap, "replay": how,
+              "work_limit": work_limit, "work": work}
     termination = (Termination.OPTIMAL if proven else
                    Termination.TIME_LIMIT if status == "feasible" else Termination.COMPLETED)
+    stopped = why if termination == Termination.TIME_LIMIT else None
     message = (f"CP-SAT {status} on the {'exact' if model.exact else 'approximate'} fixed-duration model "
                f"(tau {m.tau * 1e3:.3f} ms/token): {model_value:.3f} s, bound {model_bound:.3f} s, "
                f"model gap {model_gap:.2%}; replayed ({how}) {replayed:.3f} s")
+    if stopped:
+        message += "; " + stop_note(stopped, f"{work:.3f} deterministic s")
     return scored_result(problem, "cpsat", schedule, termination=termination,
                          quality=Quality.PROVEN_OPTIMAL if proven else Quality.FEASIBLE,
-                         bound=valid_bound, params=params, message=message)
+                         bound=valid_bound, params=params, message=message, stopped_by=stopped)
 
 
-def _hint_result(problem, m, unit, hint, status, schedule, how, why, bound):
+def _hint_result(problem, m, unit, hint, status, schedule, how, why, bound, stopped, work, work_limit):
     """The replayed hint schedule: what comes back when CP-SAT has nothing better in time.
-    ``bound``: CP-SAT's valid bound, if any (else the analytic one stands)."""
+    ``bound``: CP-SAT's valid bound, if any (else the analytic one stands); ``stopped``: the
+    limit that stopped CP-SAT ("work" or "time")."""
     value, _, _, name = hint
     params = {"tau_s": m.tau, "time_unit_s": unit, "model_exact": m.exact, "model_status": status,
-              "hint": name, "hint_model_train_end_s": value, "replay": how}
+              "hint": name, "hint_model_train_end_s": value, "replay": how, "work_limit": work_limit, "work": work}
     message = (f"{why}: the hint ({name} list schedule, {value:.3f} s on the fixed-duration model) replayed "
                f"({how}) {schedule.metrics()['train_end_s']:.3f} s; bound: "
                + ("the larger of CP-SAT's and the analytic lower bound" if bound is not None
-                  else "the analytic lower bound"))
+                  else "the analytic lower bound") + "; " + stop_note(stopped, f"{work:.3f} deterministic s"))
     return scored_result(problem, "cpsat", schedule, termination=Termination.TIME_LIMIT, quality=Quality.FEASIBLE,
-                         bound=bound, params=params, message=message)
+                         bound=bound, params=params, message=message, stopped_by=stopped)

@@ -20,9 +20,14 @@ def instance_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of
                  runs: int = typer.Option(10, "--runs", min=1, help="timed runs when measuring this host"),
                  warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs before them")):
     """Make a mapping instance from an ONNX model and a profile (measured on this host by default)."""
-    from pipeplan.core.io import write_json
+    from pipeplan.core.io import check_output, read_input, write_json
+    from pipeplan.formulations.mapping.onnx_graph import model_path
     from pipeplan.instances.from_model import model_instance
 
+    read_input(model_path(model), what="ONNX model")     # refuse a bad output before profiling
+    if profile is not None:
+        read_input(profile, what="profile")
+    check_output(out)
     with _progress(f"instance {Path(model).name}") as progress:
         problem = model_instance(model, name=str(out), profile=profile, platform=platform, runs=runs, warmup=warmup,
                                  progress=progress)

@@ -283,7 +283,7 @@ def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of 
                 warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs before them"),
                 pus: str = typer.Option("C0,C1", "--pus", help="names of the identical host PUs")):
     """Measure the host with ONNX Runtime per-node profiling (median per node)."""
-    from pipeplan.core.io import write_json
+    from pipeplan.core.io import check_output, read_input, write_json
     from pipeplan.formulations.mapping.onnx_graph import model_path
     from pipeplan.profiles.ort_profiler import profile_host
 
@@ -291,6 +291,9 @@ def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of 
     if not names:
         raise InputError("--pus", "", "no PU names")
     path = model_path(model)
+    if out:   # refuse a bad output before minutes of profiling, and before any progress line
+        read_input(path, what="ONNX model")
+        check_output(out)
     with _progress(f"profiling {path.name}") as progress:
         prof = profile_host(path, pus=names, runs=runs, warmup=warmup, progress=progress)
     doc = prof.to_dict()

@@ -77,6 +77,8 @@ def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help=f"
         for name in names():
             what = ("block-level, measured (Khadas VIM3)" if name in measured
                     else "operator-level, roofline estimate" if sys_name == "mapping" else sys_name)
+            if name.startswith("host/"):    # several times off on a real CPU: point to the measured way
+                what += " (measured instead: pipeplan instance " + name.split("/", 1)[1] + " --out my.json)"
             typer.echo(f"{name:40s} {what}")
 
 

@@ -1,6 +1,10 @@
 """``pipeplan export``: cut an ONNX model along a plan into one sub-model per stage and per
 branch group (see :mod:`partition`), with a manifest that says how to chain and run them.
 
+A plan places the units of the instance it names; a unit that stands for several ONNX nodes
+(a fused unit, a block: ``members``) is expanded into them first (:func:`partition.expand_plan`),
+and the prediction is the evaluator's on that instance, for the plan as it is.
+
 The model gets deterministic random weights first (:mod:`weights`; a no-op for a model without
 ``ConstantOfShape`` stand-ins), and the whole model with those weights is kept as
 ``model_full.onnx``: the reference the executor checks every frame against. Sub-models are cut
@@ -33,13 +37,14 @@ from onnx.utils import Extractor
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, load_json
 from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
-from pipeplan.deploy.partition import Group, branch_groups, check_plan
+from pipeplan.deploy.partition import Group, branch_groups, check_plan, expand_plan, unit_nodes
 from pipeplan.deploy.runtime import pu_runtime
 from pipeplan.deploy.weights import with_random_weights
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, read_model
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
+from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.paths import PLATFORMS_DIR
 from pipeplan.profiles.roofline import load_platform
@@ -61,15 +66,18 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     plan = plan_from_dict(load_json(plan_file), str(plan_file))
     model = inline_external_data(read_model(model_file), model_file)
     g = graph_from_model(model, str(model_file))
-    check_plan(plan, g, str(plan_file))
     instance_name = plan.instance or instance
     if not instance_name:
         raise InputError(str(plan_file), "instance", "the plan names no instance; give --instance")
-    predicted = _predict(plan, g, instance_name, str(plan_file))
+    problem = load_mapping(instance_name)
+    nodes_plan = expand_plan(plan, problem, g, str(plan_file))   # units -> ONNX nodes
+    check_plan(nodes_plan, g, str(plan_file))
+    unit_nodes(problem, g, str(plan_file))
+    predicted = _predict(plan, problem, str(plan_file))
     platform_path = Path(platform_file) if platform_file else default_platform(instance_name)
     platform = load_platform(platform_path)
     pus = {pu: pu_runtime(platform, pu, str(platform_path)) for stage in plan.stages for pu in stage.pus}
-    stages = branch_groups(plan, g)
+    stages = branch_groups(nodes_plan, g)
 
     full, n_weights = with_random_weights(model, seed)
     inferred = shape_inference.infer_shapes(full)
@@ -118,17 +126,12 @@ def default_platform(instance: str) -> Path:
     return candidate if sep and candidate.is_file() else PLATFORMS_DIR / "host.json"
 
 
-def _predict(plan: Plan, g: nx.DiGraph, instance: str, plan_source: str) -> Evaluation:
-    problem = load_mapping(instance)
-    units = {u.name for u in problem.units}
-    if units != set(g.nodes):
-        other = sorted(units ^ set(g.nodes))
-        raise InputError(instance, "units", f"the instance does not describe this model "
-                         f"({len(other)} units differ, e.g. {other[0]!r})")
+def _predict(plan: Plan, problem: MappingProblem, plan_source: str) -> Evaluation:
+    """The evaluator's figures for the plan (on its own units) on the instance it names."""
     try:
         return evaluate(problem, plan)
     except InfeasiblePlan as exc:
-        raise InputError(plan_source, "stages", f"infeasible for {instance}: {exc}") from None
+        raise InputError(plan_source, "stages", f"infeasible for {problem.name}: {exc}") from None
 
 
 def _tensor_specs(model: ModelProto, stages: list[list[Group]], source: str) -> dict[str, dict[str, Any]]:

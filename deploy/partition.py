@@ -1,5 +1,10 @@
-"""Cut a plan into runnable pieces: check it against the model's operator DAG, then split each
-stage into branch groups, one sub-model each.
+"""Cut a plan into runnable pieces: map its units onto the model's ONNX nodes, check it against
+the model's operator DAG, then split each stage into branch groups, one sub-model each.
+
+Units. A plan places the units of its instance. A unit with ``members`` (a fused unit, a
+block: ``problem.Unit``) stands for those ONNX nodes: :func:`expand_plan` replaces it by them,
+in the same stage, on the same PU, in topological order at the unit's place in the PU's
+order. Every node of the model must be in exactly one unit and every member must be a node.
 
 Branch groups. Inside stage *s* every unit gets a phase: 0 without same-stage predecessors,
 else the maximum over them of (their phase + 1 if they run on another PU, + 0 on the same PU).
@@ -16,7 +21,8 @@ from dataclasses import dataclass
 import networkx as nx
 
 from pipeplan.core.errors import InputError
-from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.plan import Plan, Stage
+from pipeplan.formulations.mapping.problem import MappingProblem
 
 
 @dataclass(frozen=True)
@@ -31,10 +37,56 @@ class Group:
     depends_on: tuple[str, ...]  # groups of the same stage that produce some input
 
 
-def check_plan(plan: Plan, g: nx.DiGraph, source: str) -> None:
+def unit_nodes(problem: MappingProblem, g: nx.DiGraph, source: str) -> dict[str, tuple[str, ...]]:
+    """Unit -> the ONNX nodes of ``g`` it stands for. Raises InputError (``source``, field
+    ``instance``) unless the units cover every node of ``g`` exactly once with nodes of ``g``."""
+    model = g.graph.get("name", "?")
+    out: dict[str, tuple[str, ...]] = {}
+    for u in problem.units:
+        for m in u.nodes:
+            if m not in g:
+                what = f"unit {u.name!r} holds node {m!r}" if u.members else f"unit {u.name!r}"
+                raise InputError(source, "instance", f"{problem.name}: {what}, which is no node of model "
+                                 f"{model!r} (the instance does not describe this model)")
+        out[u.name] = u.nodes
+    covered = {m for nodes in out.values() for m in nodes}
+    missing = [n for n in g.nodes if n not in covered]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise InputError(source, "instance", f"{problem.name}: node {missing[0]!r}{more} of model {model!r} "
+                         f"{'are' if more else 'is'} in no unit (the instance does not describe this model)")
+    return out
+
+
+def expand_plan(plan: Plan, problem: MappingProblem, g: nx.DiGraph, source: str) -> Plan:
+    """The plan on the ONNX nodes of ``g``: each unit of ``problem`` replaced by its members
+    (see the module docstring). A plan whose instance has no unit with members is returned as
+    it is (its units are the nodes; :func:`check_plan` checks it). Otherwise the plan is first
+    checked at the level of units (fields as in the plan file), then expanded."""
+    if not any(u.members for u in problem.units):
+        return plan
+    nodes = unit_nodes(problem, g, source)
+    unit_of = {m: u for u, members in nodes.items() for m in members}
+    units = nx.DiGraph(name=f"instance {problem.name}")
+    units.add_nodes_from(nodes)
+    for a, b, data in g.edges(data=True):
+        ua, ub = unit_of[a], unit_of[b]
+        if ua != ub:
+            known = units.edges[ua, ub]["tensors"] if units.has_edge(ua, ub) else ()
+            units.add_edge(ua, ub, tensors=tuple(dict.fromkeys(known + tuple(data["tensors"]))))
+    check_plan(plan, units, source, what="unit")
+    stages = tuple(Stage(stage.pus, {pu: tuple(m for u in order for m in nodes[u])
+                                     for pu, order in stage.order.items()})
+                   for stage in plan.stages)
+    levels = {m: level for u, level in plan.levels.items() for m in nodes.get(u, (u,))}
+    return Plan(stages, mode=plan.mode, levels=levels, shared_pus=plan.shared_pus, instance=plan.instance)
+
+
+def check_plan(plan: Plan, g: nx.DiGraph, source: str, what: str = "node") -> None:
     """Raise InputError (``source``, the plan field) unless the plan places every node of
     ``g`` exactly once, only names nodes of ``g``, and never reads a tensor in a stage before
-    the stage that produces it."""
+    the stage that produces it. ``what`` names the nodes in messages ("unit": ``g`` is the
+    graph of an instance's units, :func:`expand_plan`)."""
     where: dict[str, str] = {}
     stage_of: dict[str, int] = {}
     for s, stage in enumerate(plan.stages):
@@ -47,21 +99,23 @@ def check_plan(plan: Plan, g: nx.DiGraph, source: str) -> None:
             for i, u in enumerate(units):
                 fld = f"stages[{s}].order.{pu}[{i}]"
                 if u not in g:
-                    raise InputError(source, fld, f"unknown node {u!r} (not an operator of model "
-                                     f"{g.graph.get('name', '?')!r})")
+                    whole = (f"an operator of model {g.graph.get('name', '?')!r}" if what == "node"
+                             else f"a unit of {g.graph.get('name', '?')}")
+                    raise InputError(source, fld, f"unknown {what} {u!r} (not {whole})")
                 if u in where:
-                    raise InputError(source, fld, f"node {u!r} is already placed at {where[u]}")
+                    raise InputError(source, fld, f"{what} {u!r} is already placed at {where[u]}")
                 where[u], stage_of[u] = fld, s
     missing = [u for u in g.nodes if u not in where]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-        raise InputError(source, "stages", f"node {missing[0]!r}{more} of the model in no stage")
+        whole = "the model" if what == "node" else g.graph.get("name", "the instance")
+        raise InputError(source, "stages", f"{what} {missing[0]!r}{more} of {whole} in no stage")
     for u, fld in where.items():
         for src in g.predecessors(u):
             if stage_of[src] > stage_of[u]:
                 tensors = ", ".join(g.edges[src, u]["tensors"])
-                raise InputError(source, fld, f"node {u!r} in stage {stage_of[u]} reads {tensors}, "
-                                 f"which node {src!r} produces only in stage {stage_of[src]}")
+                raise InputError(source, fld, f"{what} {u!r} in stage {stage_of[u]} reads {tensors}, "
+                                 f"which {what} {src!r} produces only in stage {stage_of[src]}")
 
 
 def branch_groups(plan: Plan, g: nx.DiGraph) -> list[list[Group]]:

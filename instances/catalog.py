@@ -3,8 +3,14 @@
 * ``khadas-vim3/<Graph>``: block-level instances imported from the Khadas VIM3 measurements
   (files under instances/khadas-vim3/);
 * ``<platform>/<model>``: operator-level instances built on demand from an ONNX model shipped
-  in the onnx wheel and a platform file under profiles/platforms/ (roofline estimate).
+  in the onnx wheel and a platform file under profiles/platforms/ (roofline estimate), as
+  runtimes execute the graph (fused); ``<platform>/<model>@raw`` (one unit per ONNX operator)
+  and ``<platform>/<model>@modules`` (one block per module) are the other granularities
+  (instances/operator_level.py).
 
+``operator_names`` and ``mapping_instance_names`` list the default (fused) names only, so a
+suite pattern such as ``a311d/*`` selects one instance per model; the ``@raw`` and
+``@modules`` names load wherever a name does (``operator_granularity_names`` lists them).
 A path to an instance file works wherever a name does.
 """
 from __future__ import annotations
@@ -23,6 +29,12 @@ def measured_names() -> list[str]:
 def operator_names() -> list[str]:
     from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS
     return [f"{p.stem}/{m}" for p in sorted(PLATFORMS_DIR.glob("*.json")) for m in LIGHT_MODELS]
+
+
+def operator_granularity_names() -> list[str]:
+    """Every operator-level name at every granularity (``a311d/squeezenet``, ``...@raw``, ...)."""
+    from pipeplan.instances.operator_level import GRANULARITIES, instance_name
+    return [instance_name(*name.split("/"), gran) for name in operator_names() for gran in GRANULARITIES]
 
 
 def mapping_instance_names() -> list[str]:
@@ -45,11 +57,14 @@ def load_mapping(name: str):
         if file.exists():
             return load_problem_file(file)
     else:
-        platform, _, model = name.partition("/")
+        from pipeplan.instances.operator_level import DEFAULT_GRANULARITY, check_granularity
+        base, at, granularity = name.partition("@")
+        platform, _, model = base.partition("/")
         if (PLATFORMS_DIR / f"{platform}.json").exists():
             from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS
             from pipeplan.instances.operator_level import operator_instance
             if model in LIGHT_MODELS:
-                return operator_instance(platform, model)
+                return operator_instance(platform, model, check_granularity(name, granularity if at else
+                                                                            DEFAULT_GRANULARITY))
     known = ", ".join(measured_names()[:4] + operator_names()[:2])
     raise InputError(name, "instance", f"unknown instance (try `pipeplan instances`; e.g. {known}, ...)")

@@ -27,9 +27,20 @@ Runtime execution provider, the intra-op thread count, and the logical CPU ids (
 them, from 0) its threads are pinned to. The roofline ignores it.
 
 The time of an operator on a PU is ``max(flops / (peak x efficiency), bytes / bandwidth)``
-plus the launch overhead, where bytes = parameters + inputs + outputs. A block (a node with
-an ``inner`` operator graph, from :mod:`coarsen`) costs the sum over its operators, since
-runtimes execute a block operator by operator, and runs on a PU only if every operator does.
+plus the launch overhead, where bytes = parameters + inputs + outputs. Two kinds of unit
+hold several operators, and they cost differently:
+
+* a *fused* unit (``fused=True``, from :mod:`fuse`: a Conv with its BatchNormalization and
+  ReLU, ...) is ONE operator to the runtime, one kernel whose intermediates stay in registers
+  or cache: it costs one operator with the members' summed FLOPs, the bytes of its parameters
+  and of the activations entering and leaving the unit (not its intermediates), and one
+  launch overhead;
+* a *block* (a node with an ``inner`` operator graph and no ``fused`` flag, from
+  :mod:`coarsen`: an Inception module) is executed operator by operator, so it costs the sum
+  over its operators, intermediates and launches included.
+
+Either runs on a PU only if every operator in its ``inner`` graph does (a fused unit's
+``inner`` leaves out the constant operators folded at load time).
 """
 from __future__ import annotations
 
@@ -239,14 +250,20 @@ def roofline_profile(g: nx.DiGraph, platform: Platform, name: str | None = None)
             power_mw=platform.transfer_power_mw),
         host_pu=platform.host_pu,
         notes="time = max(flops / (peak x efficiency), bytes / bandwidth) + launch overhead, "
-              f"per operator. Platform assumptions: {platform.assumptions}")
+              "per operator (a fused unit counts as one operator, a block as the sum of its "
+              f"operators). Platform assumptions: {platform.assumptions}")
 
 
 def _unit_time(g: nx.DiGraph, unit: str, pu: PlatformPU) -> float | None:
-    inner = g.nodes[unit].get("inner")
+    """One operator, a fused unit (one operator, see the module docstring) or a block (the sum
+    of its operators); None where the PU cannot run one of its operators."""
+    d = g.nodes[unit]
+    inner = d.get("inner")
     host, ops = (inner, list(inner)) if inner is not None else (g, [unit])
     if not all(pu.supports(host.nodes[n]["op"]) for n in ops):
         return None
+    if d.get("fused"):
+        return pu.op_time_ms(d["flops"], d["param_bytes"] + _in_bytes(g, unit) + d["out_bytes"])
     return sum(pu.op_time_ms(host.nodes[n]["flops"], host.nodes[n]["param_bytes"]
                              + host.nodes[n]["out_bytes"] + _in_bytes(host, n)) for n in ops)
 

@@ -1,14 +1,63 @@
-"""Lower bounds on period and latency, for gaps of heuristic and time-limited runs.
+"""Certified lower bounds of the mapping problem, each named by the argument that proves it.
 
-* period >= the largest unit on its fastest PU; >= all work on fastest PUs / number of PUs;
-  >= input stage + first unit (the first stage holds both), each on its best PU.
-* latency >= the critical path with every unit on its fastest PU, plus the cheapest input and
-  output stages (transfers counted as 0).
-Every bound uses each PU's top DVFS level, the fastest a unit can run.
+Every bound holds for every plan the evaluator accepts with disjoint or shared PU sets (a
+bound that needs disjoint sets says so), every PU at any DVFS level (times at the top level,
+the fastest; energies at each unit's cheapest level). Two families:
+
+Analytic, instant (:func:`lower_bounds`, used by every result's gap):
+
+* ``fastest-unit``: period >= the largest unit on its fastest PU;
+* ``average-load``: period >= all work on fastest PUs / number of PUs;
+* ``input+first``: period >= input stage + first unit, each on its best PU (one stage holds both);
+* ``critical-path``: latency >= the longest path with every unit on its fastest PU, plus the
+  cheapest input and output stages (transfers counted as 0); latency >= any period bound
+  (the stage times sum to the latency, and a PU's work lies inside the stages it serves);
+* ``cheapest-energy``: energy >= every unit at its cheapest (PU, level), plus the cheapest input
+  and output phases (transfers and idle power counted as 0).
+
+Optimisation arguments (:func:`certified_bounds`, bounded by work, not by the clock, so a bound
+is the same on any machine load; for the exact solvers):
+
+* ``load-balance``: the period is at least the optimum of scheduling the units on unrelated
+  machines (the PUs) with makespan ``P``, with ``t[u,p] x[u,p] <= P`` (a unit longer than the
+  period cannot run on that PU). Solved as a small model by CP-SAT (times rounded down to 10 ns,
+  a relaxation) within a work limit; when that runs out its proven bound is used, so the value
+  stays certified. ``load-balance-lp`` is its LP relaxation (HiGHS; the bound any LP-based model
+  starts from).
+* ``forced-placement``: bisection on the period ``P`` with a test that proves "no plan has a
+  period <= P". At ``P`` a unit may only use PUs where it fits (``t <= P``); a lower bound on its
+  start on PU p (head) and on what its stage still runs after it (tail) follows from its
+  neighbours' domains: a predecessor that cannot be on p delivers its tensor over a link, which
+  costs at least the cheapest transfer into p whether it sits in the same stage (after its end)
+  or an earlier one (at the stage's start); one that can only be on p runs before it on p. A
+  (unit, PU) whose head + time + tail exceeds ``P`` leaves the domain; this propagates to a fixed
+  point. Then per PU, the units forced onto it run one after another in one stage: Jackson's
+  one-machine bound ``min head + sum of times + min tail`` over every head-ordered suffix must fit
+  in ``P``; and the load-balancing LP over the reduced domains must be feasible. This is how
+  "below 9 ms that convolution must run on the NPU, the LRN before it cannot, so the NPU's stage
+  waits for a transfer" becomes a number. The test is monotone in ``P`` (domains only grow), so
+  the largest ``P`` it refutes is a valid bound.
 """
 from __future__ import annotations
 
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
 from pipeplan.formulations.mapping.problem import MappingProblem
+
+# relative precision of the forced-placement bisection (the bound is the refuted end: valid)
+BISECTION_TOL = 1e-4
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A lower bound ``value`` (ms or mJ) proven by the argument named ``source``."""
+
+    value: float
+    source: str
 
 
 def fastest_times(problem: MappingProblem) -> list[float]:
@@ -21,22 +70,381 @@ def fastest_times(problem: MappingProblem) -> list[float]:
 
 
 def _phase_min(table, pus) -> float:
-    values = [ph.time_ms for p in pus for ph in table.get(p, {}).values()]
-    return min(values) if values else 0.0
+    """The shortest phase (input or output stage) of any PU and level, 0 without phases."""
+    return min((ph.time_ms for p in pus for ph in table.get(p, {}).values()), default=0.0)
 
 
-def lower_bounds(problem: MappingProblem) -> dict[str, float]:
+def _phase_energy_min(table, pus) -> float:
+    """The least energy (uJ) of a phase of any PU and level, 0 without phases."""
+    return min((ph.time_ms * ph.power_mw for p in pus for ph in table.get(p, {}).values()), default=0.0)
+
+
+def analytic_bounds(problem: MappingProblem) -> dict[str, list[Bound]]:
+    """Every analytic bound per objective key (period_ms, latency_ms, energy_mj)."""
     prof = problem.profile
     fast = fastest_times(problem)
     pus = list(prof.pus)
     t_in = _phase_min(prof.input_stage, pus)
     t_out = _phase_min(prof.output_stage, pus)
-    first = min(((ph.time_ms + (prof.time(0, p, lv) or float("inf")))
+    first = min(((ph.time_ms + (prof.time(0, p, lv) or math.inf))
                  for p, by in prof.input_stage.items() for lv, ph in by.items()), default=fast[0])
-    period = max(max(fast), sum(fast) / len(pus), first)
+    period = [Bound(max(fast), "fastest-unit"), Bound(sum(fast) / len(pus), "average-load"),
+              Bound(first, "input+first")]
     finish: dict[str, float] = {}
     for i, u in enumerate(problem.units):
         start = max((finish[e.src] for e in problem.preds[u.name]), default=0.0)
         finish[u.name] = start + fast[i]
-    latency = t_in + max(finish.values()) + t_out
-    return {"period_ms": period, "latency_ms": latency}
+    latency = [Bound(t_in + max(finish.values()) + t_out, "critical-path")]
+    energy_uj = 0.0
+    for i in range(len(problem.units) if prof.has_power else 0):
+        energy_uj += min(t * prof.power(i, p, lv) for p in pus for lv, ts in prof.time_ms[p].items()
+                         if (t := ts[i]) is not None)
+    energy_uj += _phase_energy_min(prof.input_stage, pus) + _phase_energy_min(prof.output_stage, pus)
+    energy = [Bound(energy_uj / 1000.0, "cheapest-energy")]
+    return {"period_ms": period, "latency_ms": latency, "energy_mj": energy}
+
+
+def best(bounds: list[Bound]) -> Bound:
+    return max(bounds, key=lambda b: b.value)
+
+
+def best_analytic(problem: MappingProblem) -> dict[str, Bound]:
+    """The best analytic bound per objective key (instant; no optimisation)."""
+    found = analytic_bounds(problem)
+    period = best(found["period_ms"])
+    found["latency_ms"].append(Bound(period.value, f"period ({period.source})"))
+    return {key: best(bounds) for key, bounds in found.items()}
+
+
+def lower_bounds(problem: MappingProblem) -> dict[str, float]:
+    """The values of :func:`best_analytic`."""
+    return {key: b.value for key, b in best_analytic(problem).items()}
+
+
+# ------------------------------------------------------------------ optimisation arguments
+
+
+class ProblemArrays:
+    """Dense arrays of one problem at every PU's top level: ``t[u, p]`` (inf where p cannot run
+    u), per edge the transfer matrix ``x[e, a, b]``, input/output phases per PU."""
+
+    def __init__(self, problem: MappingProblem):
+        prof = problem.profile
+        self.pus = list(prof.pus)
+        n, k = len(problem.units), len(self.pus)
+        self.t = np.full((n, k), np.inf)
+        for j, p in enumerate(self.pus):
+            for i, v in enumerate(prof.time_ms[p][prof.pus[p].max_level]):
+                if v is not None:
+                    self.t[i, j] = v
+        self.edges = [(problem.index[e.src], problem.index[e.dst]) for e in problem.edges]
+        self.x = _transfer_matrix(problem, self.pus)
+        top = {p: prof.pus[p].max_level for p in self.pus}
+
+        def phase(table) -> np.ndarray:
+            return np.array([ph.time_ms if (ph := table.get(p, {}).get(top[p])) else 0.0 for p in self.pus])
+        self.t_in, self.t_out = phase(prof.input_stage), phase(prof.output_stage)
+        self.preds: list[list[int]] = [[] for _ in range(n)]
+        self.succs: list[list[int]] = [[] for _ in range(n)]
+        for k_, (a, b) in enumerate(self.edges):
+            self.preds[b].append(k_)
+            self.succs[a].append(k_)
+
+
+def _transfer_matrix(problem: MappingProblem, pus: list[str]) -> np.ndarray:
+    tr = problem.profile.transfers
+    out = np.zeros((len(problem.edges), len(pus), len(pus)))
+    for k, e in enumerate(problem.edges):
+        for a, pa in enumerate(pus):
+            for b, pb in enumerate(pus):
+                if a != b:
+                    out[k, a, b] = tr.time_ms(e.src, pa, pb, e.bytes)
+    return out
+
+
+def load_balance(problem: MappingProblem, work_limit: float = 2.0, data: ProblemArrays | None = None) -> list[Bound]:
+    """The ``load-balance`` MILP bound (CP-SAT, within ``work_limit`` deterministic seconds, so
+    the same on any machine load) and its LP relaxation ``load-balance-lp`` (HiGHS). The MILP
+    counts time in 10 ns rounded down: a relaxation, so its bound holds for the exact times."""
+    from ortools.sat.python import cp_model
+
+    d = data or ProblemArrays(problem)
+    n, k = d.t.shape
+    out = []
+    lp = _load_lp(d, np.isfinite(d.t))
+    if lp is not None:
+        out.append(Bound(lp * (1 - 1e-9), "load-balance-lp"))
+    tick = 1e5                                   # model units per ms
+    ticks = np.where(np.isfinite(d.t), np.floor(np.where(np.isfinite(d.t), d.t, 0) * tick), -1).astype(np.int64)
+    m = cp_model.CpModel()
+    horizon = int(ticks.max(axis=1).sum()) + 1
+    period = m.NewIntVar(0, horizon, "P")
+    x = {(i, j): m.NewBoolVar("") for i in range(n) for j in range(k) if ticks[i, j] >= 0}
+    for i in range(n):
+        m.AddExactlyOne(x[(i, j)] for j in range(k) if (i, j) in x)
+    for j in range(k):
+        m.Add(sum(int(ticks[i, j]) * x[(i, j)] for i in range(n) if (i, j) in x) <= period)
+    for (i, j), lit in x.items():
+        m.Add(period >= int(ticks[i, j])).OnlyEnforceIf(lit)
+    m.Minimize(period)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_deterministic_time = max(0.01, work_limit)
+    solver.parameters.num_workers = 1
+    if solver.Solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        out.append(Bound(math.ceil(solver.BestObjectiveBound() - 1e-6) / tick, "load-balance"))
+    return out
+
+
+def _load_lp(d: ProblemArrays, dom: np.ndarray) -> float | None:
+    """The least period of the load-balancing LP over domains ``dom`` (None if infeasible)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import lil_matrix
+
+    cells = np.argwhere(dom)
+    n, k = dom.shape
+    a_eq = lil_matrix((n, len(cells) + 1))
+    a_ub = lil_matrix((k, len(cells) + 1))
+    for col, (i, j) in enumerate(cells):
+        a_eq[i, col] = 1.0
+        a_ub[j, col] = d.t[i, j]
+    a_ub[:, len(cells)] = -1.0
+    c = np.zeros(len(cells) + 1)
+    c[-1] = 1.0
+    res = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.zeros(k), A_eq=a_eq.tocsr(), b_eq=np.ones(n),
+                  bounds=[(0, 1)] * len(cells) + [(0, None)], method="highs")
+    return float(res.fun) if res.status == 0 else None
+
+
+@dataclass(frozen=True)
+class Windows:
+    """What the forced-placement test leaves of a period ``P``: per unit and PU (profile order)
+    whether the unit may run there (``allowed``), and if it does, a lower bound on its start
+    inside its stage (``head``, ms) and on how long its stage runs after its end (``tail``, ms)."""
+
+    pus: tuple[str, ...]
+    allowed: np.ndarray
+    head: np.ndarray
+    tail: np.ndarray
+
+
+def period_windows(problem: MappingProblem, period: float, stages: tuple[int, ...] | None = None,
+                   data: ProblemArrays | None = None) -> Windows | None:
+    """The windows of every unit in a plan with disjoint PU sets and a period <= ``period``, or
+    None when the forced-placement test proves that there is no such plan. ``stages`` (the stage
+    of each PU, profile order) restricts the test to plans of that configuration, where whether
+    an edge stays inside a stage is known, not inferred."""
+    d = data or ProblemArrays(problem)
+    found = _propagate(d, period, None if stages is None else np.asarray(stages))
+    return None if found is None else Windows(tuple(d.pus), *found)
+
+
+def _refutes(d: ProblemArrays, period: float) -> bool:
+    """True when no plan with disjoint PU sets has a period <= ``period`` (``forced-placement``
+    in the module docstring)."""
+    return _propagate(d, period) is None
+
+
+def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None):
+    """(domains, heads, tails) at ``period``, or None if refuted; ``stages``: see period_windows."""
+    n, k = d.t.shape
+    eye = np.eye(k, dtype=bool)
+    dom = d.t <= period
+    dom[0] &= d.t[0] + d.t_in <= period        # the first unit's stage also holds the input phase
+    if stages is not None:
+        dom[0] &= stages == 0
+        fixed_same = stages[:, None] == stages[None, :]          # [a, b]: same stage
+        forward = stages[:, None] <= stages[None, :]             # [a, b]: a tensor may go a -> b
+    limit = period * (1 + 1e-12)
+    for _ in range(n + 1):                     # domain propagation to a fixed point
+        if not dom.any(axis=1).all():
+            return None
+        forced = dom & (dom.sum(axis=1) == 1)[:, None]
+        t = np.where(dom, d.t, np.inf)
+        # above[w, p]: w or one of its ancestors can only run on p, so p's stage is no later than
+        # w's; below[v, a]: v or a descendant can only run on a. An edge w -> v with w on a and
+        # v on p stays inside one stage when above[w, p] or below[v, a] (stages never go back
+        # along an edge), and the tensor then leaves after w's end
+        above = forced.copy()
+        for v in range(n):
+            for e in d.preds[v]:
+                above[v] |= above[d.edges[e][0]]
+        below = forced.copy()                  # w or a descendant can only run on p
+        for w in range(n - 1, -1, -1):
+            for e in d.succs[w]:
+                below[w] |= below[d.edges[e][1]]
+        head = np.zeros((n, k))
+        head[0] = np.where(dom[0], d.t_in, np.inf)
+        if stages is not None:     # every unit of the first stage starts after the input phase
+            head[:, stages == 0] = np.min(np.where(dom[0], d.t_in, np.inf))
+        for v in range(n):
+            for e in d.preds[v]:
+                w = d.edges[e][0]
+                end = head[w] + t[w]                                   # per PU a of w
+                if stages is None:
+                    same = above[w][None, :] | below[v][:, None]       # [a, p]: one stage for sure
+                    via = np.where(same, end[:, None] + d.x[e], d.x[e])
+                else:
+                    via = np.where(forward, np.where(fixed_same, end[:, None] + d.x[e], d.x[e]), np.inf)
+                via = np.where(eye, end[:, None], via)
+                via = np.where(dom[w][:, None], via, np.inf)
+                head[v] = np.maximum(head[v], via.min(axis=0))
+        tail = np.zeros((n, k))
+        tail[n - 1] = d.t_out
+        for v in range(n - 1, -1, -1):
+            for e in d.succs[v]:
+                w = d.edges[e][1]
+                rest = t[w] + tail[w]                                  # per PU b of w
+                if stages is None:
+                    same = below[w][:, None] | above[v][None, :]       # [p, b]: one stage for sure
+                    via = np.where(same, d.x[e] + rest[None, :], 0.0)
+                else:
+                    via = np.where(forward, np.where(fixed_same, d.x[e] + rest[None, :], 0.0), np.inf)
+                via = np.where(eye, rest[None, :], via)
+                via = np.where(dom[w][None, :], via, np.inf)
+                tail[v] = np.maximum(tail[v], via.min(axis=1))
+        fits = dom & (head + np.where(dom, d.t, 0.0) + tail <= limit)
+        if (fits == dom).all():
+            break
+        dom = fits
+    forced = dom.sum(axis=1) == 1
+    for p in range(k):
+        on = np.flatnonzero(forced & dom[:, p])
+        if not on.size:
+            continue
+        order = on[np.argsort(head[on, p])]
+        suffix_work = np.cumsum(d.t[order, p][::-1])[::-1]
+        suffix_tail = np.minimum.accumulate(tail[order, p][::-1])[::-1]
+        if (head[order, p] + suffix_work + suffix_tail > limit).any():
+            return None
+    return (dom, head, tail) if _loads_fit(d, dom, period) else None
+
+
+def _loads_fit(d: ProblemArrays, dom: np.ndarray, period: float) -> bool:
+    """The load-balancing LP over domains ``dom``: can fractional units fit every PU in ``period``?"""
+    least = _load_lp(d, dom)
+    return least is not None and least <= period * (1 + 1e-9)
+
+
+def forced_placement(problem: MappingProblem, start: float, data: ProblemArrays | None = None) -> Bound | None:
+    """The largest period the forced-placement test refutes, by bisection from ``start`` (a
+    period already known to be a lower bound) to a relative ``BISECTION_TOL`` (a fixed number of
+    steps, so the bound does not depend on the machine's speed); None if it refutes nothing
+    above ``start``."""
+    d = data or ProblemArrays(problem)
+    lo = start
+    if not _refutes(d, lo):
+        return None
+    hi = max(lo * 2, lo + 1e-3)
+    while _refutes(d, hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > BISECTION_TOL * hi:
+        mid = (lo + hi) / 2
+        if _refutes(d, mid):
+            lo = mid
+        else:
+            hi = mid
+    return Bound(lo, "forced-placement")
+
+
+def identical_pus(problem: MappingProblem) -> list[tuple[int, int]]:
+    """Index pairs (i < j, profile order) of interchangeable PUs: the same times and powers at
+    every level, the same phases, and the same links to every other PU and between them."""
+    prof = problem.profile
+    tr = prof.transfers
+    pus = list(prof.pus)
+
+    def link(x: str, y: str):
+        return tr.pairs.get(f"{x}->{y}", tr.default)
+
+    def same(a: str, b: str) -> bool:
+        if (prof.time_ms[a] != prof.time_ms[b] or prof.power_mw.get(a) != prof.power_mw.get(b)
+                or prof.pus[a].idle_power_mw != prof.pus[b].idle_power_mw
+                or prof.input_stage.get(a) != prof.input_stage.get(b)
+                or prof.output_stage.get(a) != prof.output_stage.get(b) or tr.measured):
+            return False
+        others = [c for c in pus if c not in (a, b)]
+        return link(a, b) == link(b, a) and all(link(a, c) == link(b, c) and link(c, a) == link(c, b)
+                                                for c in others)
+    return [(i, j) for i in range(len(pus)) for j in range(i + 1, len(pus)) if same(pus[i], pus[j])]
+
+
+def stage_configurations(problem: MappingProblem, max_stages: int | None = None) -> list[tuple[int, ...]]:
+    """Every configuration of a plan with disjoint PU sets: the stage of each PU (profile order),
+    unused PUs in stage 0 and used stages a prefix, less the mirror images of identical PUs (the
+    first of two identical PUs sits in a stage no later than the second). Every plan has exactly
+    one configuration up to swapping identical PUs."""
+    k = len(problem.profile.pus)
+    S = max(1, min(max_stages or k, k, len(problem.units)))
+    pairs = identical_pus(problem)
+    out = []
+    for stages in itertools.product(range(S), repeat=k):
+        if sorted(set(stages)) != list(range(len(set(stages)))):
+            continue
+        if any(stages[i] > stages[j] for i, j in pairs):
+            continue
+        out.append(stages)
+    return out
+
+
+def configuration_bound(problem: MappingProblem, stages: tuple[int, ...], start: float, stop: float,
+                        data: ProblemArrays | None = None) -> float:
+    """The largest period in [start, stop] the forced-placement test refutes for plans of
+    configuration ``stages`` (``start`` when it refutes none, ``stop`` when it refutes all),
+    by bisection to a relative ``BISECTION_TOL``."""
+    d = data or ProblemArrays(problem)
+    cfg = np.asarray(stages)
+    if _propagate(d, start, cfg) is not None:
+        return start
+    if _propagate(d, stop, cfg) is None:
+        return stop
+    lo, hi = start, stop
+    while hi - lo > BISECTION_TOL * hi:
+        mid = (lo + hi) / 2
+        if _propagate(d, mid, cfg) is None:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def configurations_bound(problem: MappingProblem, start: float, data: ProblemArrays | None = None) -> Bound | None:
+    """``stage-configurations``: the least over all configurations of the period the
+    forced-placement test refutes with the configuration known (then whether an edge stays inside
+    a stage is a fact, not an inference). None if it does not improve on ``start``."""
+    d = data or ProblemArrays(problem)
+    configs = stage_configurations(problem)
+    lo = start
+
+    def all_refuted(period: float) -> bool:
+        return all(_propagate(d, period, np.asarray(c)) is None for c in configs)
+
+    if not all_refuted(lo):
+        return None
+    hi = max(lo * 2, lo + 1e-3)
+    while all_refuted(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > BISECTION_TOL * hi:
+        mid = (lo + hi) / 2
+        if all_refuted(mid):
+            lo = mid
+        else:
+            hi = mid
+    return Bound(lo, "stage-configurations")
+
+
+def certified_bounds(problem: MappingProblem, work_limit: float = 2.0, *,
+                     disjoint_pus: bool = True) -> dict[str, list[Bound]]:
+    """Analytic bounds plus the optimisation arguments (the load-balancing MILP within
+    ``work_limit`` deterministic seconds), per objective key; the latency inherits the best
+    period bound. The forced-placement argument holds for plans with disjoint PU sets only."""
+    found = analytic_bounds(problem)
+    d = ProblemArrays(problem)
+    found["period_ms"] += load_balance(problem, work_limit, d)
+    if disjoint_pus:
+        for argument in (forced_placement, configurations_bound):
+            lifted = argument(problem, best(found["period_ms"]).value, data=d)
+            if lifted:
+                found["period_ms"].append(lifted)
+    top = best(found["period_ms"])
+    found["latency_ms"].append(Bound(top.value, f"period ({top.source})"))
+    return found

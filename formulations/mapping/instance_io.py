@@ -1,7 +1,8 @@
 """Loading mapping instances from their JSON file (``pipeplan.mapping-instance/1``).
 
 An instance holds the unit graph and either an inline profile or a path to a profile file,
-relative to the instance file.
+relative to the instance file. A unit may list ``members``: the ONNX nodes it stands for (a
+fused unit or a block; see ``problem.Unit``); a list of names, none in two units.
 """
 from __future__ import annotations
 
@@ -35,10 +36,16 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None) -> Mappin
     for i, u in enumerate(units_raw):
         if not isinstance(u, dict) or not isinstance(u.get("name"), str):
             raise InputError(source, f"graph.units[{i}].name", "missing unit name")
+        members = u.get("members", [])
+        if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
+            raise InputError(source, f"graph.units[{i}].members", "expected a list of ONNX node names")
+        if len(set(members)) != len(members):
+            twice = next(m for m in members if members.count(m) > 1)
+            raise InputError(source, f"graph.units[{i}].members", f"node {twice!r} is listed twice")
         try:
             units.append(Unit(name=u["name"], op=str(u.get("op", "block")),
                               flops=float(u.get("flops", 0.0)), param_bytes=float(u.get("param_bytes", 0.0)),
-                              out_bytes=float(u.get("out_bytes", 0.0))))
+                              out_bytes=float(u.get("out_bytes", 0.0)), members=tuple(members)))
         except (TypeError, ValueError):
             raise InputError(source, f"graph.units[{i}]", "flops/bytes must be numbers") from None
     edges = []

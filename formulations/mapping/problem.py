@@ -1,7 +1,13 @@
 """Operator-mapping problem data (Para-Pipe): a DAG of units and a profile of their costs.
 
-Plain frozen data; no solver code. Units are ONNX operators or blocks of them; the profile
-(``pipeplan.formulations.mapping.profile.Profile``) says what each unit costs on each processing unit.
+Plain frozen data; no solver code. Units are ONNX operators or groups of them (a fused unit,
+fuse.py; a block, coarsen.py); the profile (``pipeplan.formulations.mapping.profile.Profile``)
+says what each unit costs on each processing unit.
+
+``Unit.members`` names the ONNX nodes a unit stands for, in topological order; empty means
+the unit is itself one ONNX operator of that name (or a block with no ONNX model behind it,
+as the measured Khadas blocks). Deployment expands a unit into its members. No node may be
+in two units.
 """
 from __future__ import annotations
 
@@ -22,6 +28,20 @@ class Unit:
     flops: float = 0.0
     param_bytes: float = 0.0
     out_bytes: float = 0.0
+    members: tuple[str, ...] = ()   # ONNX node names, topological order; () = the unit itself
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The ONNX nodes this unit stands for: its members, or its own name."""
+        return self.members or (self.name,)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; ``members`` only when there are any (files of plain units stay as they were)."""
+        out: dict[str, Any] = {"name": self.name, "op": self.op, "flops": self.flops,
+                               "param_bytes": self.param_bytes, "out_bytes": self.out_bytes}
+        if self.members:
+            out["members"] = list(self.members)
+        return out
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,16 @@ class MappingProblem:
             seen.add(u.name)
             for attr in ("flops", "param_bytes", "out_bytes"):
                 sizes.number(getattr(u, attr), f"graph.units[{i}].{attr}")
+        covered: dict[str, str] = {}     # ONNX node -> the unit that holds it
+        for i, u in enumerate(self.units):
+            if not isinstance(u.members, tuple) or not all(isinstance(m, str) and m for m in u.members):
+                raise InputError(where, f"graph.units[{i}].members", "expected a list of ONNX node names")
+            for m in u.nodes:
+                if m in covered:
+                    fld = f"graph.units[{i}].members" if u.members else f"graph.units[{i}].name"
+                    raise InputError(where, fld, f"node {m!r} is already in unit {covered[m]!r} "
+                                     "(a node belongs to one unit)")
+                covered[m] = u.name
         index = {n: i for i, n in enumerate(names)}
         for i, e in enumerate(self.edges):
             for end in (e.src, e.dst):
@@ -109,7 +139,7 @@ class MappingProblem:
             "name": self.name,
             "source": self.source,
             "graph": {
-                "units": [vars(u).copy() for u in self.units],
+                "units": [u.to_dict() for u in self.units],
                 "edges": [{"src": e.src, "dst": e.dst, "bytes": e.bytes} for e in self.edges],
             },
             "profile": self.profile.to_dict(),
@@ -139,15 +169,22 @@ def restrict_pus(problem: MappingProblem, pus: tuple[str, ...]) -> MappingProble
 
 
 def problem_from_graph(g, profile: Profile, name: str, source: str) -> MappingProblem:
-    """The mapping problem of an operator graph (``onnx_graph.load_onnx``) costed by ``profile``,
-    whose units are the graph's nodes (in the profile's order)."""
+    """The mapping problem of an operator graph (``onnx_graph.load_onnx``), or of its fused
+    (``fuse.fuse``) or coarsened (``coarsen.coarsen``) graph, costed by ``profile``, whose
+    units are the graph's nodes (in the profile's order). A node's ``members`` become the
+    unit's, unless they are just the node itself."""
     missing = [u for u in profile.units if u not in g.nodes]
     if missing or len(profile.units) != g.number_of_nodes():
         extra = missing or sorted(set(g.nodes) - set(profile.units))
         raise InputError(profile.source or source, "units", f"the profile's units are not the model's operators "
                          f"({len(profile.units)} units, {g.number_of_nodes()} operators; e.g. {extra[0]!r})")
+    def members(u: str) -> tuple[str, ...]:
+        nodes = tuple(g.nodes[u].get("members", ()))
+        return () if nodes == (u,) else nodes
+
     units = tuple(Unit(name=u, op=g.nodes[u]["op"], flops=float(g.nodes[u]["flops"]),
-                       param_bytes=float(g.nodes[u]["param_bytes"]), out_bytes=float(g.nodes[u]["out_bytes"]))
+                       param_bytes=float(g.nodes[u]["param_bytes"]), out_bytes=float(g.nodes[u]["out_bytes"]),
+                       members=members(u))
                   for u in profile.units)
     edges = tuple(Edge(a, b, float(d.get("bytes", 0.0))) for a, b, d in g.edges(data=True))
     return MappingProblem(name=name, units=units, edges=edges, profile=profile, source=source)

@@ -70,6 +70,7 @@ class SolveResult:
     quality: Quality
     objectives: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
+    bound_source: dict[str, str] = field(default_factory=dict)   # objective key -> the argument behind its bound
     gap: float | None = None
     wall_time_s: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)

@@ -8,7 +8,7 @@ from pipeplan.core.deadline import Deadline
 from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.core.vocabulary import MAPPING_AXES as OBJECTIVES
 from pipeplan.core.vocabulary import mapping_key
-from pipeplan.formulations.mapping.bounds import lower_bounds
+from pipeplan.formulations.mapping.bounds import best_analytic
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
@@ -61,7 +61,8 @@ def objective_key(objective: str):
 
 def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective: str = "period",
                   termination: Termination = Termination.COMPLETED, quality: Quality = Quality.FEASIBLE,
-                  bound: dict[str, float] | None = None, params: dict | None = None,
+                  bound: dict[str, float] | None = None, bound_source: dict[str, str] | None = None,
+                  params: dict | None = None,
                   message: str = "", stopped_by: str | None = None) -> SolveResult:
     """Evaluate ``plan`` with the formulation's evaluator (never the solver's own numbers) and
     report the gap of ``objective`` against ``bound`` (default: the formulation's lower bounds).
@@ -70,7 +71,12 @@ def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective
     ``stopped_by``: "work" or "time" when a limit cut the run short (``SolveResult.stopped_by``)."""
     ev = evaluate(problem, plan)
     objectives = ev.objectives()
-    bound = dict(lower_bounds(problem) if bound is None else bound)
+    if bound is None:
+        analytic = best_analytic(problem)
+        bound = {k: b.value for k, b in analytic.items()}
+        bound_source = {k: b.source for k, b in analytic.items()}
+    bound = dict(bound)
+    bound_source = {k: v for k, v in (bound_source or {}).items() if k in bound}
     for k, value in bound.items():
         if k in objectives:
             bound[k] = min(value, objectives[k])
@@ -81,5 +87,5 @@ def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective
     plan_dict = plan.to_dict()
     plan_dict["instance"] = problem.name
     return SolveResult("mapping", problem.name, solver, termination, quality, objectives=objectives,
-                       bound=bound, gap=gap, params={"objective": objective, **(params or {})},
+                       bound=bound, bound_source=bound_source, gap=gap, params={"objective": objective, **(params or {})},
                        plan=plan_dict, message=message, stopped_by=stopped_by)

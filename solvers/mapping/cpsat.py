@@ -23,6 +23,7 @@ that is larger.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from pipeplan.core.deadline import Deadline, OutOfTime
@@ -31,10 +32,16 @@ from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
 from pipeplan.core.vocabulary import MappingAxis
-from pipeplan.formulations.mapping.bounds import lower_bounds
+from pipeplan.formulations.mapping.bounds import Bound, best_analytic, certified_bounds
+from pipeplan.formulations.mapping.bounds import best as best_bound
+from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit
 from pipeplan.solvers.mapping.common import scored_result, search_deadline
+from pipeplan.solvers.mapping.cpsat_model import to_model
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
+
+BOUND_WORK = 1.0     # CP-SAT deterministic seconds for the load-balancing bound before the search
+TIE_BREAK_MIN_S = 2.0  # after a configuration search, the tie-break gets max(this, the search's time)
 
 if TYPE_CHECKING:
     from pipeplan.solvers.mapping.cpsat_model import MappingCpModel
@@ -70,8 +77,6 @@ def lexicographic(model: MappingCpModel, objective: str, *, deadline: Deadline, 
 def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: MappingAxis = "period",
                 bounds: dict | None = None, shared_pus: bool = False, max_stages: int | None = None,
                 tie_break: str | None = "default", work_limit: float | None = None):
-    from pipeplan.solvers.mapping.cpsat_model import MappingCpModel, bound_from_model, to_model  # needs ortools
-
     check_work_limit(work_limit)
     search = search_deadline(time_limit, problem)
     if objective not in AXES:
@@ -84,11 +89,22 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
             raise ValueError(f"unknown bound {axis!r} (use period_ms, latency_ms, energy_mj)")
     left = search.remaining()
     start_plan = warm_start or best_heuristic_plan(problem, objective, Deadline(None if left is None else left / 2))
+    key = AXES[objective]
+    lower = _certified_lower(problem, key, shared_pus, search)
     params = {"objective": objective, "bounds": bounds or {}, "shared_pus": shared_pus,
               "max_stages": max_stages, "tie_break": tie_break, "work_limit": work_limit, "work": 0.0}
+    if not shared_pus and not problem.is_chain and _meets(problem, start_plan, bounds):
+        return _by_configurations(problem, objective, start_plan, lower, search, seed=seed, threads=threads,
+                                  params=params, tie_break=tie_break, work_limit=work_limit, eps=bounds)
+    from pipeplan.solvers.mapping.cpsat_model import MappingCpModel, bound_from_model  # needs ortools
+    from pipeplan.solvers.mapping.cpsat_pu_stages import PuStageCpModel
     try:
-        model = MappingCpModel(problem, shared_pus=shared_pus, max_stages=max_stages, deadline=search)
+        if shared_pus or problem.is_chain:
+            model = MappingCpModel(problem, shared_pus=shared_pus, max_stages=max_stages, deadline=search)
+        else:
+            model = PuStageCpModel(problem, max_stages=max_stages, deadline=search)
         params["max_stages"] = model.S
+        model.add_lower_bound(objective, lower.value)
         for axis, value in (bounds or {}).items():
             name = axis.split("_")[0]
             model.add_upper_bound(name, to_model(name, value))
@@ -110,22 +126,95 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
                    else f"no CP-SAT solution within the {limit}")
             return scored_result(problem, "cpsat", start_plan, objective=objective,
                                  termination=Termination.TIME_LIMIT, quality=Quality.FEASIBLE, params=params,
+                                 bound={key: lower.value}, bound_source={key: lower.source},
                                  message=f"{why}; returning the warm start; {note}", stopped_by=stopped_by)
         return SolveResult("mapping", problem.name, "cpsat", Termination.TIME_LIMIT, Quality.NONE, params=params,
                            message=f"no plan found within the {limit}; {note}", stopped_by=stopped_by)
     if outcome.plan is None:
         return SolveResult("mapping", problem.name, "cpsat", Termination.INFEASIBLE, Quality.NONE, params=params,
                            message="no plan meets the constraints" + (f" {bounds}" if bounds else ""))
-    key = AXES[objective]
-    bound_dict = None
-    if bound is not None and not proven:   # CP-SAT's bound less the model's rounding, or the analytic one
-        bound_dict = {key: max(bound_from_model(objective, bound, model.slack[objective]),
-                               lower_bounds(problem).get(key, 0.0))}
+    best = lower
+    if bound is not None and not proven:   # CP-SAT's bound less the model's rounding, or the certified one
+        own = bound_from_model(objective, bound, model.slack[objective])
+        if own > best.value:
+            best = Bound(own, "CP-SAT bound")
     result = scored_result(problem, "cpsat", outcome.plan, objective=objective,
                            termination=Termination.OPTIMAL if proven else Termination.TIME_LIMIT,
                            quality=Quality.PROVEN_OPTIMAL if proven else Quality.FEASIBLE,
-                           bound=bound_dict, params=params, message=note, stopped_by=stopped_by)
+                           bound={key: best.value}, bound_source={key: best.source},
+                           params=params, message=note, stopped_by=stopped_by)
     if proven:       # optimal in whole model units: the optimum is its own bound, as the MILP's is
         result.bound = {key: result.objectives[key]}
+        result.bound_source = {key: "CP-SAT optimum (whole model units)"}
         result.gap = 0.0
     return result
+
+
+def _meets(problem, plan, bounds) -> bool:
+    """``plan`` meets the epsilon bounds (the configuration search needs a feasible incumbent)."""
+    values = evaluate(problem, plan).objectives()
+    return all(values[k] <= v for k, v in (bounds or {}).items())
+
+
+def _certified_lower(problem, key: str, shared_pus: bool, deadline: Deadline) -> Bound:
+    """The best certified bound of ``key`` (``formulations/mapping/bounds.py``), computed by work
+    limits so that it is the same on any machine load; the analytic one when less than a second
+    is left. The forced-placement argument needs disjoint PU sets."""
+    left = deadline.remaining()
+    if left is not None and left < 1.0:
+        return best_analytic(problem)[key]
+    return best_bound(certified_bounds(problem, BOUND_WORK, disjoint_pus=not shared_pus)[key])
+
+
+def _by_configurations(problem, objective, start_plan, lower, search, *, seed, threads, params, tie_break,
+                       work_limit, eps):
+    """Disjoint PU sets on an operator graph: the decomposition over PU-stage configurations
+    (``stage_configs``), then the tie-break objective with the primary held at the plan found."""
+    from pipeplan.solvers.mapping.cpsat_pu_stages import PuStageCpModel
+    from pipeplan.solvers.mapping.stage_configs import search_configurations
+
+    key = AXES[objective]
+    params["method"] = "stage configurations"
+    clock = Deadline(None)
+    found = search_configurations(problem, objective, start_plan, lower, deadline=search, seed=seed,
+                                  threads=threads, work_limit=work_limit, max_stages=params["max_stages"], eps=eps)
+    params["work"] = found.work
+    params["search_s"] = round(clock.elapsed(), 3)       # time to the proof (or to the limit)
+    params.update(found.summary)
+    plan = found.plan
+    left_work = None if work_limit is None else work_limit - found.work
+    if found.proven and tie_break and not search.expired() and (left_work is None or left_work >= MIN_WORK):
+        try:
+            model = PuStageCpModel(problem, max_stages=params["max_stages"], deadline=search)
+            model.add_upper_bound(objective, to_model(objective, found.upper) + math.ceil(model.slack[objective]))
+            for k, value in (eps or {}).items():
+                model.add_upper_bound(k.split("_")[0], to_model(k.split("_")[0], value))
+            model.hint(plan)
+            left = search.remaining(floor=0.05)
+            share = max(TIE_BREAK_MIN_S, params["search_s"])     # the tie-break may not dwarf the proof
+            second = model.solve(tie_break, time_limit=share if left is None else min(left, share), seed=seed,
+                                 threads=threads, work_limit=left_work)
+            params["work"] += second.work
+            if second.plan is not None:
+                old, new = evaluate(problem, plan).objectives(), evaluate(problem, second.plan).objectives()
+                if (new[key] <= found.upper * (1 + 1e-12) and new[AXES[tie_break]] < old[AXES[tie_break]]
+                        and all(new[k] <= v * (1 + 1e-12) for k, v in (eps or {}).items())):
+                    plan = second.plan
+        except OutOfTime:
+            pass
+    note = stop_note(found.stopped_by, f"{params['work']:.3f} deterministic s")
+    message = f"{found.summary['closed']} of {found.summary['configurations']} stage configurations closed"
+    if found.proven and objective != "period":
+        # latency and energy use the rounded model: optimal in its whole units, as the
+        # lexicographic path reports it (the period's proof is certified to PROOF_GAP instead)
+        result = scored_result(problem, "cpsat", plan, objective=objective, termination=Termination.OPTIMAL,
+                               quality=Quality.PROVEN_OPTIMAL, params=params, message=message)
+        result.bound, result.gap = {key: result.objectives[key]}, 0.0
+        result.bound_source = {key: "CP-SAT optimum (whole model units)"}
+        return result
+    return scored_result(problem, "cpsat", plan, objective=objective,
+                         termination=Termination.OPTIMAL if found.proven else Termination.TIME_LIMIT,
+                         quality=Quality.PROVEN_OPTIMAL if found.proven else Quality.FEASIBLE,
+                         bound={key: found.lower.value}, bound_source={key: found.lower.source},
+                         params=params, message=message + (f"; {note}" if note else ""),
+                         stopped_by=None if found.proven else (found.stopped_by or "time"))

@@ -1,5 +1,10 @@
-"""The CP-SAT model of hierarchical operator parallelism (Para-Pipe), shared by the ``cpsat``
-solver and the exact Pareto sweeps.
+"""The CP-SAT models of hierarchical operator parallelism (Para-Pipe): what they share
+(:class:`CpModelBase`: durations, rounding slack, bounds, solving) and the unit-by-stage model
+(:class:`MappingCpModel`), which the ``cpsat`` solver uses when PUs may serve several stages
+(``shared_pus``). With disjoint PU sets (the default) the ``cpsat`` solver and the exact Pareto
+sweeps use the tighter PU-stage model of ``cpsat_pu_stages.py``.
+
+The unit-by-stage model:
 
 Decisions: the stage and PU of every unit (``x[u, s, p]``), the PU set of every stage
 (``y[s, p]``; disjoint unless ``shared_pus``), and the start of every unit inside its stage
@@ -81,16 +86,111 @@ class CpOutcome:
     stopped_by: str | None = None    # "work" or "time" when a limit stopped the solve, else None
 
 
-class MappingCpModel:
-    def __init__(self, problem: MappingProblem, *, shared_pus: bool = False, max_stages: int | None = None,
-                 deadline: Deadline | None = None):
-        self.deadline = deadline = deadline or Deadline(None)
+class CpModelBase:
+    """What both CP-SAT mapping models share. A subclass builds ``self.m`` and sets ``vars``
+    (period, latency, energy), ``start``, ``slack`` and ``S``, and implements ``hint`` and
+    ``extract``."""
+
+    def __init__(self, problem: MappingProblem, deadline: Deadline | None):
+        self.deadline = deadline or Deadline(None)
         self.problem = problem
-        self.shared_pus = shared_pus
+        self.tick = US                  # model time units per ms
         prof = problem.profile
         self.pus = list(prof.pus)
-        units = [u.name for u in problem.units]
-        self.units = units
+        self.units = [u.name for u in problem.units]
+        idx = problem.index
+        top = {p: prof.pus[p].max_level for p in self.pus}
+        self.dur = {(u, p): round(t * US) for u in self.units for p in self.pus
+                    if (t := prof.time(idx[u], p, top[p])) is not None}
+
+    def phase(self, table, p: str, rounding=round) -> tuple[int, float]:
+        """(model time, uJ) of an input or output phase on PU p at its top level; (0, 0) if none."""
+        ph = table.get(p, {}).get(self.problem.profile.pus[p].max_level)
+        return (rounding(ph.time_ms * self.tick), ph.time_ms * ph.power_mw) if ph else (0, 0.0)
+
+    def rounding_slack(self, runnable, xfer, t_in, t_out, top) -> dict[str, float]:
+        """Per axis, the most (model units) by which a plan's model value can differ from its
+        evaluator value: a stage time or PU load sums at most one rounded duration per unit, one
+        rounded transfer per edge and the input and output phases, and the stages' times sum
+        disjoint units (so one sum bounds period and latency); energy sums its rounded terms,
+        and with ``per_pu`` the idle power (rounded to mW) over the rounded period and loads.
+        ``xfer``: per edge, (PU a, PU b) -> transfer ms."""
+        prof, idx = self.problem.profile, self.problem.index
+
+        def err(model: float, true: float) -> float:
+            return abs(model - true)
+        time_err = sum(max(err(self.dur[(u, p)], prof.time(idx[u], p, top[p]) * US) for p in runnable[u])
+                       for u in self.units)
+        time_err += sum(max((err(round(t * US), t * US) for t in x.values()), default=0.0) for x in xfer)
+        for table in (prof.input_stage, prof.output_stage):
+            time_err += max((err(round(ph.time_ms * US), ph.time_ms * US)
+                             for p in self.pus if (ph := table.get(p, {}).get(top[p]))), default=0.0)
+        energy_err = sum(err(round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ),
+                             prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ)
+                         for u in self.units for p in runnable[u])
+        energy_err += 1.0 + 0.5 * sum(len(x) for x in xfer)   # the input and output phases, the handoffs
+        if prof.power_model == "per_pu":
+            for p in self.pus:
+                idle = prof.pus[p].idle_power_mw
+                if idle:
+                    energy_err += err(round(idle), idle) * self.horizon + 2 * round(idle) * time_err
+        return {"period": time_err, "latency": time_err, "energy": energy_err}
+
+    # ------------------------------------------------------------------ solving
+
+    def add_upper_bound(self, axis: str, value_model_units: int) -> None:
+        self.m.Add(self.vars[axis] <= value_model_units)
+
+    def add_lower_bound(self, axis: str, value: float) -> None:
+        """A certified lower bound ``value`` (ms or mJ, for the evaluator's values) as a cut:
+        the model value may lie ``slack`` below the evaluator's, so the cut is that much lower."""
+        units = int(math.floor(value * (US if axis != "energy" else NJ * 1000.0) - self.slack[axis] - 1))
+        if units > 0:
+            self.m.Add(self.vars[axis] >= units)
+
+    def solve(self, objective: str | None, *, time_limit: float | None, seed: int, threads: int,
+              work_limit: float | None = None, model=None) -> CpOutcome:
+        """Minimise ``objective`` (None: any feasible plan) within ``time_limit`` seconds and
+        ``work_limit`` deterministic seconds (either None: no such limit). ``model``: a clone of
+        ``self.m`` with extra constraints (same variable indices) to solve instead."""
+        from ortools.sat.python import cp_model
+        m = model or self.m
+        if objective is not None:
+            m.Minimize(self.vars[objective])
+        else:
+            m.ClearObjective()
+        solver = cp_model.CpSolver()
+        set_limits(solver, time_limit=time_limit, work_limit=work_limit)
+        solver.parameters.num_workers = max(1, int(threads))
+        solver.parameters.random_seed = int(seed)
+        # the LP relaxation with all linear constraints proves block-chain optima faster
+        # (YOLOv3, 75 blocks, 2 workers: 8.6 s instead of 11.3 s at the default level)
+        solver.parameters.linearization_level = 2
+        code = solver.Solve(m)
+        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
+                  cp_model.MODEL_INVALID: "invalid"}.get(code, "unknown")
+        if objective is None and status == "optimal":
+            status = "feasible"            # a plan exists; nothing was minimised
+        plan, values = None, {}
+        if status in ("optimal", "feasible"):
+            plan = self.extract(solver)
+            values = {k: solver.Value(v) for k, v in self.vars.items()}
+        # CP-SAT keeps a proven objective bound even when it found no solution (status unknown)
+        bound = solver.BestObjectiveBound() if status in ("optimal", "feasible", "unknown") and objective else None
+        if status == "invalid":
+            raise RuntimeError(f"CP-SAT model invalid: {m.Validate()}")
+        work = work_done(solver)
+        return CpOutcome(status, plan, values, bound, solver.WallTime(), work, stopped_by(status, work, work_limit))
+
+
+class MappingCpModel(CpModelBase):
+    def __init__(self, problem: MappingProblem, *, shared_pus: bool = False, max_stages: int | None = None,
+                 deadline: Deadline | None = None):
+        super().__init__(problem, deadline)
+        deadline = self.deadline
+        self.shared_pus = shared_pus
+        prof = problem.profile
+        units = self.units
         k = len(self.pus)
         self.S = S = max(1, min(max_stages or (k + 1 if shared_pus else k), len(units)))
         from ortools.sat.python import cp_model  # here, so that the registry loads without it
@@ -98,16 +198,10 @@ class MappingCpModel:
         idx = problem.index
 
         top = {p: prof.pus[p].max_level for p in self.pus}
-        self.dur = {(u, p): round(t * US) for u in units for p in self.pus
-                    if (t := prof.time(idx[u], p, top[p])) is not None}
         runnable = {u: [p for p in self.pus if (u, p) in self.dur] for u in units}
 
-        def phase(table, p):
-            ph = table.get(p, {}).get(top[p])
-            return (round(ph.time_ms * US), ph.time_ms * ph.power_mw) if ph else (0, 0.0)
-
-        t_in = {p: phase(prof.input_stage, p) for p in self.pus}
-        t_out = {p: phase(prof.output_stage, p) for p in self.pus}
+        t_in = {p: self.phase(prof.input_stage, p) for p in self.pus}
+        t_out = {p: self.phase(prof.output_stage, p) for p in self.pus}
         # xfer[k]: (a, b) -> ms of edge k's tensor from PU a to PU b, where both ends run and it costs time
         pk = {p: i for i, p in enumerate(self.pus)}
         xfer = [{(a, b): t for a in runnable[e.src] for b in runnable[e.dst] if a != b and (t := times[pk[a]][pk[b]]) > 0}
@@ -238,39 +332,7 @@ class MappingCpModel:
         self.energy = m.NewIntVar(0, 10**15, "energy")  # 1e15 nJ = 1 MJ per frame: no real bound
         m.Add(self.energy == sum(energy_terms))
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}
-        self.slack = self._rounding_slack(runnable, xfer, t_in, t_out, top)
-
-    def _rounding_slack(self, runnable, xfer, t_in, t_out, top) -> dict[str, float]:
-        """Per axis, the most (model units) by which a plan's model value can differ from its
-        evaluator value: a stage time or PU load sums at most one rounded duration per unit, one
-        rounded transfer per edge and the input and output phases, and the stages' times sum
-        disjoint units (so one sum bounds period and latency); energy sums its rounded terms,
-        and with ``per_pu`` the idle power (rounded to mW) over the rounded period and loads."""
-        prof, idx = self.problem.profile, self.problem.index
-
-        def err(model: float, true: float) -> float:
-            return abs(model - true)
-        time_err = sum(max(err(self.dur[(u, p)], prof.time(idx[u], p, top[p]) * US) for p in runnable[u])
-                       for u in self.units)
-        time_err += sum(max((err(round(t * US), t * US) for t in x.values()), default=0.0) for x in xfer)
-        for table in (prof.input_stage, prof.output_stage):
-            time_err += max((err(round(ph.time_ms * US), ph.time_ms * US)
-                             for p in self.pus if (ph := table.get(p, {}).get(top[p]))), default=0.0)
-        energy_err = sum(err(round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ),
-                             prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ)
-                         for u in self.units for p in runnable[u])
-        energy_err += 1.0 + 0.5 * sum(len(x) for x in xfer)   # the input and output phases, the handoffs
-        if prof.power_model == "per_pu":
-            for p in self.pus:
-                idle = prof.pus[p].idle_power_mw
-                if idle:
-                    energy_err += err(round(idle), idle) * self.horizon + 2 * round(idle) * time_err
-        return {"period": time_err, "latency": time_err, "energy": energy_err}
-
-    # ------------------------------------------------------------------ solving
-
-    def add_upper_bound(self, axis: str, value_model_units: int) -> None:
-        self.m.Add(self.vars[axis] <= value_model_units)
+        self.slack = self.rounding_slack(runnable, xfer, t_in, t_out, top)
 
     def hint(self, plan: Plan) -> None:
         """Hint ``plan``'s placement; raises OutOfTime once the deadline has passed."""
@@ -279,33 +341,7 @@ class MappingCpModel:
         for (u, s, p), var in paced(self.x.items(), self.deadline):
             self.m.AddHint(var, 1 if place.get(u) == (s, p) else 0)
 
-    def solve(self, objective: str, *, time_limit: float | None, seed: int, threads: int,
-              work_limit: float | None = None) -> CpOutcome:
-        """Minimise ``objective`` within ``time_limit`` seconds and ``work_limit`` deterministic
-        seconds (either None: no such limit)."""
-        from ortools.sat.python import cp_model
-        self.m.Minimize(self.vars[objective])
-        solver = cp_model.CpSolver()
-        set_limits(solver, time_limit=time_limit, work_limit=work_limit)
-        solver.parameters.num_workers = max(1, int(threads))
-        solver.parameters.random_seed = int(seed)
-        # the LP relaxation with all linear constraints proves block-chain optima faster
-        # (YOLOv3, 75 blocks, 2 workers: 8.6 s instead of 11.3 s at the default level)
-        solver.parameters.linearization_level = 2
-        code = solver.Solve(self.m)
-        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
-                  cp_model.MODEL_INVALID: "invalid"}.get(code, "unknown")
-        plan, values = None, {}
-        if status in ("optimal", "feasible"):
-            plan = self._extract(solver)
-            values = {k: solver.Value(v) for k, v in self.vars.items()}
-        bound = solver.BestObjectiveBound() if status in ("optimal", "feasible") else None
-        if status == "invalid":
-            raise RuntimeError(f"CP-SAT model invalid: {self.m.Validate()}")
-        work = work_done(solver)
-        return CpOutcome(status, plan, values, bound, solver.WallTime(), work, stopped_by(status, work, work_limit))
-
-    def _extract(self, solver: cp_model.CpSolver) -> Plan:
+    def extract(self, solver: cp_model.CpSolver) -> Plan:
         where = {}
         for (u, s, p), var in self.x.items():
             if solver.Value(var):

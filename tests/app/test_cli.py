@@ -60,6 +60,8 @@ def test_solvers_and_instances_list():
     assert {"single", "heft", "pipeline-dp"} <= {line.split()[1] for line in cli("solvers").stdout.splitlines()}
     names = cli("instances").stdout
     assert "khadas-vim3/InceptionResnetV2" in names and "a311d/inception_v1" in names
+    line = next(x for x in names.splitlines() if x.split()[0] == "a311d/inception_v1")
+    assert "fused (also @raw, @modules)" in line        # the other granularities of each
 
 
 # ------------------------------------------------------------------------------ bad input

@@ -17,7 +17,7 @@ HETERO_N6 = problem_from_dict({"name": "hetero-n6-s1", "n": 6, "s": 1, "speeds":
                                "straggle_prob": [0.05, 0.15, 0.4, 0.15, 0.05, 0.4], "capacity": [3, 2, 2, 2, 3, 2]})
 SMALL = {"mapping": "khadas-vim3/SqueezeV1", "gradcode": HETERO_N6, "rollout": "rollout/tiny-2"}
 # ... and instances far too large to finish in a few seconds.
-LARGE = {"mapping": "a311d/inception_v2",        # 509 operators, 4 PUs
+LARGE = {"mapping": "a311d/inception_v2",        # 95 fused units (509 operators), 4 PUs
          "gradcode": "gradcode/hetero-n12-s2",   # 12 heterogeneous workers, 64 scenarios
          "rollout": "rollout/olyphys-R96"}       # 768 requests
 

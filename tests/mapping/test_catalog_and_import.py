@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS
-from pipeplan.instances.catalog import load_mapping, measured_names, operator_names
+from pipeplan.instances.catalog import load_mapping, measured_names, operator_granularity_names, operator_names
 from pipeplan.profiles.khadas_import import import_khadas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,13 +35,16 @@ def test_measured_instances_carry_dvfs_levels_and_citations():
 
 def test_operator_level_instances_cover_both_platforms():
     names = operator_names()
+    granular = operator_granularity_names()
     for platform in ("a311d", "bst"):
         for model in LIGHT_MODELS:
             assert f"{platform}/{model}" in names
+            assert {f"{platform}/{model}", f"{platform}/{model}@raw", f"{platform}/{model}@modules"} <= set(granular)
 
 
-def test_googlenet_operator_level_is_calibrated_to_the_board():
-    op = load_mapping("a311d/inception_v1").profile
+@pytest.mark.parametrize("granularity", ["", "@raw", "@modules"])
+def test_googlenet_operator_level_is_calibrated_to_the_board(granularity):
+    op = load_mapping(f"a311d/inception_v1{granularity}").profile
     blocks = load_mapping("khadas-vim3/Google-parapipe").profile
     for pu in ("L", "B", "G"):
         op_total = sum(t for t in op.time_ms[pu]["max"] if t is not None)

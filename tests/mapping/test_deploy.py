@@ -44,9 +44,10 @@ def assert_one_line_error(proc, *needles):
         assert n in lines[0], lines[0]
 
 
-def solved_plan(folder: Path, model: str, solver: str) -> Path:
-    result = pipeplan.solve(load_mapping(f"host/{model}"), solver)
-    path = folder / f"{model}-{solver}.json"
+def solved_plan(folder: Path, model: str, solver: str, granularity: str = "") -> Path:
+    """A plan of ``solver`` for host/<model> (the fused graph) or host/<model>@<granularity>."""
+    result = pipeplan.solve(load_mapping(f"host/{model}{granularity}"), solver)
+    path = folder / f"{model}{granularity}-{solver}.json"
     path.write_text(result.to_json())
     return path
 
@@ -65,6 +66,7 @@ def staged_branches_plan(folder: Path, model: str) -> Path:
 
 
 PLANS = {"pipeline-dp": lambda d, m: solved_plan(d, m, "pipeline-dp"),
+         "pipeline-dp@raw": lambda d, m: solved_plan(d, m, "pipeline-dp", "@raw"),   # units = ONNX nodes
          "heft": lambda d, m: solved_plan(d, m, "heft"),
          "staged-branches": staged_branches_plan}
 
@@ -84,14 +86,15 @@ def exported(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("model, kind", [("squeezenet", "pipeline-dp"), ("squeezenet", "heft"),
+@pytest.mark.parametrize("model, kind", [("squeezenet", "pipeline-dp"), ("squeezenet", "pipeline-dp@raw"),
+                                         ("squeezenet", "heft"),
                                          ("inception_v1", "pipeline-dp"), ("inception_v1", "heft"),
                                          ("inception_v1", "staged-branches")])
 def test_sub_models_compose_to_the_whole_network(exported, model, kind):
     _, out, manifest = exported(model, kind)
     g = load_onnx(light_model_path(model))
     groups = [grp for stage in manifest["stages"] for grp in stage["groups"]]
-    if kind == "pipeline-dp":
+    if kind.startswith("pipeline-dp"):
         assert len(manifest["stages"]) == 2 and all(len(s["pus"]) == 1 for s in manifest["stages"])
     else:
         assert any(len({grp["pu"] for grp in s["groups"]}) == 2 for s in manifest["stages"])
@@ -168,13 +171,19 @@ def _input_never_produced(stages):  # the network's last operator moved into the
     stages[0]["order"]["C1"].append(stages[1]["order"]["C0"].pop())
 
 
-@pytest.mark.parametrize("edit, needles", [
-    (_unknown_node, ["bad-plan.json", "stages[1].order.C0[5]", "unknown node 'NoSuchNode'"]),
-    (_missing_node, ["bad-plan.json", "stages", "in no stage"]),
-    (_input_never_produced, ["bad-plan.json", "stages[0].order.C1[", "produces only in stage 1"]),
+@pytest.mark.parametrize("kind, edit, needles", [
+    # a plan of ONNX nodes (@raw) ...
+    ("pipeline-dp@raw", _unknown_node, ["bad-plan.json", "stages[1].order.C0[5]", "unknown node 'NoSuchNode'"]),
+    ("pipeline-dp@raw", _missing_node, ["bad-plan.json", "stages", "in no stage"]),
+    ("pipeline-dp@raw", _input_never_produced, ["bad-plan.json", "stages[0].order.C1[", "produces only in stage 1"]),
+    # ... and of fused units: the fields are the plan's own, before expansion
+    ("pipeline-dp", _unknown_node, ["bad-plan.json", "stages[1].order.C0[5]", "unknown unit 'NoSuchNode'",
+                                    "instance host/squeezenet"]),
+    ("pipeline-dp", _missing_node, ["bad-plan.json", "stages", "unit 'n65' of instance host/squeezenet in no stage"]),
+    ("pipeline-dp", _input_never_produced, ["bad-plan.json", "stages[0].order.C1[", "produces only in stage 1"]),
 ])
-def test_bad_plans_exit_2_and_leave_nothing(exported, tmp_path, edit, needles):
-    plan, _, _ = exported("squeezenet", "pipeline-dp")
+def test_bad_plans_exit_2_and_leave_nothing(exported, tmp_path, kind, edit, needles):
+    plan, _, _ = exported("squeezenet", kind)
     bad = _edit_plan(plan, tmp_path, edit)
     out = tmp_path / "export"
     assert_one_line_error(cli("export", bad, "--model", "squeezenet", "--out", out), *needles)

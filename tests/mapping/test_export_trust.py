@@ -252,7 +252,7 @@ def test_an_earlier_export_is_replaced(tmp_path):
     out = good_export(tmp_path / "out")
     proc = export_cli(out, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((out / MANIFEST_FILE).read_text())["instance"] == "host/squeezenet"
+    assert json.loads((out / MANIFEST_FILE).read_text())["instance"] == "host/squeezenet@raw"
     assert "stage0.onnx" not in listing(out)
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 

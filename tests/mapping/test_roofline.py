@@ -153,6 +153,30 @@ def test_roofline_arithmetic():
     assert profile.time_ms["C"]["max"] == pytest.approx((compute_mm + 0.1, memory_add + 0.1))
 
 
+def test_a_fused_unit_is_one_operator_a_block_the_sum_of_its_operators(a311d, inception):
+    """The same operators cost differently as a fused unit (one kernel: intermediates stay in
+    registers, one launch) and inside a block (executed operator by operator)."""
+    from pipeplan.formulations.mapping.fuse import fuse
+
+    g, blocks = inception
+    fused = fuse(g)
+    big = a311d.pus["B"]
+    unit = fused.nodes["n0"]                                   # conv1: Conv + Relu
+    assert unit["fused"] and unit["members"] == ["n0", "n1"]
+    by_hand = big.op_time_ms(unit["flops"], unit["param_bytes"] + unit["in_bytes"] + unit["out_bytes"])
+    members = [big.op_time_ms(g.nodes[m]["flops"], g.nodes[m]["param_bytes"] + g.nodes[m]["in_bytes"]
+                              + g.nodes[m]["out_bytes"]) for m in unit["members"]]
+    fused_profile = roofline_profile(fused, a311d)
+    assert fused_profile.time_ms["B"]["max"][0] == pytest.approx(by_hand)
+    assert by_hand < sum(members) - big.launch_overhead_ms + 1e-12   # one launch, no intermediate
+    block_profile = roofline_profile(blocks, a311d)
+    b0 = blocks.nodes["b0"]["members"]
+    raw = roofline_profile(g, a311d).time_ms["B"]["max"]
+    index = {n: i for i, n in enumerate(g.nodes)}
+    assert block_profile.time_ms["B"]["max"][0] == pytest.approx(sum(raw[index[m]] for m in b0))
+    assert "a fused unit counts as one operator" in fused_profile.notes
+
+
 def test_transfers_come_from_links(a311d, inception):
     profile = roofline_profile(inception[1], a311d)
     one_and_a_half_mb = 1.5e6

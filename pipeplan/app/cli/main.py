@@ -20,7 +20,7 @@ from pipeplan.app.cli.instance import instance_cmd
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError, SolverFailure
-from pipeplan.core.io import staged_folder
+from pipeplan.core.io import check_output, staged_folder
 from pipeplan.core.sizes import check_memory
 from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS, SYSTEMS
 
@@ -64,7 +64,9 @@ def _emit(obj) -> None:
 
 @app.command("instances")
 def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help=f"only this system: {', '.join(SYSTEMS)}")):
-    """List the named instances of every system."""
+    """List the named instances of every system. Operator-level mapping instances are listed
+    by their default name, the fused graph; NAME@raw (one unit per ONNX operator) and
+    NAME@modules (one block per module) are the other granularities of each."""
     from pipeplan.app.bench import catalogue
     from pipeplan.core.vocabulary import SYSTEMS
     from pipeplan.instances.catalog import measured_names
@@ -76,9 +78,10 @@ def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help=f"
         names, _ = catalogue(sys_name)
         for name in names():
             what = ("block-level, measured (Khadas VIM3)" if name in measured
-                    else "operator-level, roofline estimate" if sys_name == "mapping" else sys_name)
+                    else "operator-level, roofline estimate, fused (also @raw, @modules)" if sys_name == "mapping"
+                    else sys_name)
             if name.startswith("host/"):    # several times off on a real CPU: point to the measured way
-                what += " (measured instead: pipeplan instance " + name.split("/", 1)[1] + " --out my.json)"
+                what += "; measured instead: pipeplan instance " + name.split("/", 1)[1] + " --out my.json"
             typer.echo(f"{name:40s} {what}")
 
 
@@ -251,6 +254,45 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out", help="f
         md = study(stage, names=names, instances=chosen, time_limit=time_limit, threads=threads, seed=seed,
                    command=command.strip(), progress=progress)
     typer.echo(md)
+
+
+@app.command("optima")
+def optima_cmd(instances: str = typer.Option("a311d/*,bst/*", "--instances",
+                                             help="comma list of instance names or shell-style patterns over the "
+                                                  "catalogue, granularities included (a311d/*@raw)"),
+               objective: str = typer.Option("period", "--objective", help=f"one of {', '.join(MAPPING_AXES)}"),
+               time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per instance"),
+               threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
+               heuristics: bool = typer.Option(True, "--heuristics/--no-heuristics",
+                                               help="also run every heuristic and compare it with the optimum"),
+               out: Path = typer.Option(Path("results/mapping"), "--out", help="folder of optima.csv and optima.md")):
+    """Prove (or bound) the optimum of catalogue instances and store it in optima.csv."""
+    import fnmatch
+
+    from pipeplan.app.studies.optima import run_optima
+    from pipeplan.instances.catalog import load_mapping, mapping_instance_names, operator_granularity_names
+
+    check_limits(time_limit, threads)
+    if objective not in MAPPING_AXES:
+        raise InputError("--objective", "", f"unknown objective {objective!r} (one of {', '.join(MAPPING_AXES)})")
+    known = list(dict.fromkeys(mapping_instance_names() + operator_granularity_names()))
+    names: list[str] = []
+    for item in (s.strip() for s in instances.split(",") if s.strip()):
+        matched = [n for n in known if fnmatch.fnmatchcase(n, item)] if any(c in item for c in "*?[") else [item]
+        if not matched:
+            raise InputError("--instances", item, "matches no catalogue instance (see `pipeplan instances`)")
+        names += [n for n in matched if n not in names]
+    for name in names:
+        load_mapping(name)
+    for file in ("optima.csv", "optima.md", "optima_heuristics.csv"):
+        check_output(out / file)
+    with _progress("optima") as progress:
+        rows = run_optima(names, out, objective=objective, time_limit=time_limit, threads=threads,
+                          heuristics=heuristics, progress=progress)
+    for r in rows:
+        gap = "" if r["gap"] is None else f", gap {r['gap']:.2%}"
+        typer.echo(f"{r['instance']}: {r['status']} {r['value']:.4f} (bound {r['bound']:.4f}, {r['bound_source']}{gap}) "
+                   f"in {r['seconds']:.1f} s")
 
 
 @app.command("evaluate")

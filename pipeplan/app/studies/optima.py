@@ -1,0 +1,150 @@
+"""Stored optima (``pipeplan optima``): per catalogue instance, granularity and objective, the
+proven optimum, or the best certified bound and the best plan known, with the method and time
+that got there; and every heuristic's plan as a ratio to it.
+
+``results/mapping/optima.csv`` is what tests, the bench and the report take as the reference of
+an instance: a heuristic may never beat a stored optimum (a test checks that), an exact solver
+must reproduce the optima it proves in seconds, and a ratio to a stored *bound* (status
+``open``) is only ever shown flagged as such.
+
+Rows are merged into an existing file by (instance, objective), so the table can be refreshed
+one instance group at a time; the file is rewritten atomically.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import time
+from pathlib import Path
+
+from pipeplan.core.io import write_atomic
+from pipeplan.core.tables import cell, csv_text, markdown_table
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
+
+OPTIMA_COLUMNS = ("instance", "granularity", "objective", "status", "value", "bound", "bound_source", "gap",
+                  "method", "seconds", "threads")
+HEURISTICS = ("single", "heft", "pipeline-dp", "nsga2")
+HEURISTIC_PARAMS = {"nsga2": {"max_evaluations": 1500}}
+
+
+def granularity_of(name: str) -> str:
+    if name.startswith("khadas-vim3/"):
+        return "blocks"
+    return name.partition("@")[2] or "fused"
+
+
+def solve_optimum(name: str, objective: str, *, time_limit: float, threads: int, seed: int = 0) -> dict:
+    """One optima row: the cpsat solver on ``name`` within ``time_limit`` seconds."""
+    from pipeplan.core.api import solve
+    from pipeplan.instances.catalog import load_mapping
+
+    key = AXES[objective]
+    t0 = time.monotonic()
+    result = solve(load_mapping(name), "cpsat", time_limit=time_limit, threads=threads, seed=seed,
+                   objective=objective)
+    seconds = time.monotonic() - t0
+    proven = result.quality.value == "proven_optimal"
+    value = result.objectives.get(key)
+    bound = result.bound.get(key)
+    return {"instance": name, "granularity": granularity_of(name), "objective": key,
+            "status": "optimal" if proven else "open", "value": value, "bound": bound,
+            "bound_source": result.bound_source.get(key, ""),
+            "gap": 0.0 if proven and bound is None else result.gap,
+            "method": "cpsat " + (result.params.get("method") or "lexicographic"),
+            "seconds": round(seconds, 2), "threads": threads}
+
+
+def heuristic_rows(name: str, optimum: dict, *, time_limit: float, seed: int = 0) -> list[dict]:
+    """Every heuristic's period, latency and energy on ``name`` and its period as a ratio to the
+    stored optimum (``ratio_to``: "opt") or, flagged, to the certified bound ("lb")."""
+    from pipeplan.core.api import solve
+    from pipeplan.instances.catalog import load_mapping
+
+    problem = load_mapping(name)
+    rows = []
+    ref = optimum["value"] if optimum["status"] == "optimal" else optimum["bound"]
+    for solver in HEURISTICS:
+        r = solve(problem, solver, time_limit=time_limit, seed=seed, **HEURISTIC_PARAMS.get(solver, {}))
+        if not r.objectives:
+            continue
+        period = r.objectives["period_ms"]
+        rows.append({"instance": name, "solver": solver, "period_ms": period,
+                     "latency_ms": r.objectives["latency_ms"], "energy_mj": r.objectives["energy_mj"],
+                     "ratio": period / ref if ref else None,
+                     "ratio_to": "opt" if optimum["status"] == "optimal" else "lb (no proof)",
+                     "beats_optimum": optimum["status"] == "optimal" and period < optimum["value"] * (1 - 1e-9)})
+    return rows
+
+
+def read_optima(path: Path) -> list[dict]:
+    """The rows of an optima.csv (numbers as floats, empty cells as None)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for row in csv.DictReader(io.StringIO(path.read_text())):
+        for k in ("value", "bound", "gap", "seconds"):
+            row[k] = float(row[k]) if row.get(k) not in (None, "") else None
+        rows.append(row)
+    return rows
+
+
+def merge(old: list[dict], new: list[dict]) -> list[dict]:
+    keyed = {(r["instance"], r["objective"]): r for r in old}
+    keyed.update({(r["instance"], r["objective"]): r for r in new})
+    return sorted(keyed.values(), key=lambda r: (r["instance"], r["objective"]))
+
+
+def run_optima(names: list[str], out: Path, *, objective: str = "period", time_limit: float = 60.0,
+               threads: int = 2, heuristics: bool = True, progress=None) -> list[dict]:
+    """Solve every instance of ``names``, merge the rows into ``out``/optima.csv and write
+    ``out``/optima.md (the table and the heuristic comparison)."""
+    rows, compared = [], []
+    for i, name in enumerate(names):
+        if progress:
+            progress(i, len(names), name)
+        row = solve_optimum(name, objective, time_limit=time_limit, threads=threads)
+        rows.append(row)
+        if heuristics and objective == "period":
+            compared += heuristic_rows(name, row, time_limit=min(time_limit, 20.0))
+    merged = merge(read_optima(out / "optima.csv"), rows)
+    write_atomic(out / "optima.csv", csv_text(merged, OPTIMA_COLUMNS))
+    if compared:
+        columns = ("instance", "solver", "period_ms", "latency_ms", "energy_mj", "ratio", "ratio_to")
+        old = read_comparison(out / "optima_heuristics.csv")
+        done = {r["instance"] for r in compared}
+        table = [r for r in old if r["instance"] not in done] + compared
+        table.sort(key=lambda r: (r["instance"], HEURISTICS.index(r["solver"])))
+        write_atomic(out / "optima_heuristics.csv", csv_text(table, columns))
+    write_atomic(out / "optima.md", optima_markdown(merged, read_comparison(out / "optima_heuristics.csv")))
+    return rows
+
+
+def read_comparison(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+def optima_markdown(rows: list[dict], compared: list[dict]) -> str:
+    proven = sum(r["status"] == "optimal" for r in rows)
+    text = [f"# Stored optima ({proven} of {len(rows)} proven)", "",
+            "Written by `pipeplan optima` (results/mapping/optima.csv). `value` is the best plan's objective "
+            "(the optimum when `status` is optimal), `bound` the best certified lower bound and the argument "
+            "behind it, `gap` = (value - bound) / value.", ""]
+    text += markdown_table(OPTIMA_COLUMNS, [[_cell(r.get(c)) for c in OPTIMA_COLUMNS] for r in rows])
+    if compared:
+        text += ["", "## Heuristics against the stored optimum (period)", "",
+                 "`ratio` = heuristic period / optimum; where no proof exists the ratio is to the certified "
+                 "bound and flagged `lb (no proof)`: an upper bound on the true ratio, not the ratio.", ""]
+        columns = ("instance", "solver", "period_ms", "latency_ms", "energy_mj", "ratio", "ratio_to")
+        text += markdown_table(columns, [[_cell(r.get(c)) for c in columns] for r in compared])
+    return "\n".join(text) + "\n"
+
+
+def _cell(value) -> str:
+    """Numbers read back from CSV are strings: show them with 4 significant digits."""
+    try:
+        value = float(value) if isinstance(value, str) and value not in ("", "optimal", "open") else value
+    except ValueError:
+        pass
+    return cell(value, ".4g")

@@ -1,0 +1,247 @@
+"""The exact method for operator graphs: decomposition over PU-stage configurations.
+
+With disjoint PU sets a plan fixes a *configuration*: the stage each PU serves (unused PUs in
+stage 0, used stages a prefix). A311D and BST have 4 PUs, hence 75 configurations, and every plan
+belongs to exactly one of them, so::
+
+    optimum = min over configurations c of optimum(c)
+
+Why decompose: inside one configuration the stage of every unit follows from its PU, so every
+"same stage?" literal of the monolithic model is a constant: transfers are plain precedence
+delays, edges between PUs whose stages go backwards vanish, and CP-SAT propagates and branches
+on the placement alone. On a311d/inception_v1 (fused, 85 units) a monolithic probe "is there a
+plan with period <= 12.5 ms?" finds neither a plan nor a refutation in 40 s, while 68 of the 75
+configurations are refuted in 0.01-4 s each and two of them yield plans within a second.
+
+The search (a best-first branch over configurations, each solved by CP-SAT):
+
+* every configuration starts with the certified bound of the whole instance
+  (formulations/mapping/bounds.py) and the incumbent (the warm start) as the upper bound;
+* the open configuration with the lowest bound gets a solve of its model (the PU-stage model of
+  ``cpsat_pu_stages.py`` with the configuration fixed), minimising the objective, with the
+  objective capped just below the incumbent: only improvements are sought;
+* a solve that proves its configuration cannot beat the incumbent closes it (its bound becomes the
+  cap); one that proves its optimum closes it too (bound = that optimum); one that stops with a
+  plan raises the configuration's bound to CP-SAT's bound and doubles its next time slice; one
+  that stops with nothing makes the next solve of that configuration a probe at the middle of its
+  open interval (destructive bounding, as in Klein and Scholl, EJOR 1999: a refuted cap is a
+  bound, and refuting is far easier than optimising when the cap is well below the incumbent);
+* the bound of the instance is the least bound over the open configurations (and the incumbent
+  when none is left): certified, because the configurations cover every plan.
+
+For the period the model is the capped one (``period_cap``): every time rounded down, so a
+refutation or an objective bound holds for the evaluator's values with no rounding slack. For
+latency and energy the uncapped model is used and its bound is reduced by its rounding slack
+(``bound_from_model``). Epsilon constraints (``bounds``) apply to every configuration, so
+exact fronts use the same method.
+
+A configuration whose own time slices all end unproven keeps the instance open: the result then
+says ``time_limit`` with the certified gap, and ``params["configurations"]`` counts how many were
+closed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
+from pipeplan.formulations.mapping.bounds import Bound, configuration_bound, period_windows, stage_configurations
+from pipeplan.formulations.mapping.bounds import ProblemArrays
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.solvers.mapping.cpsat_model import bound_from_model, to_model
+from pipeplan.solvers.mapping.cpsat_pu_stages import CAP_TICK, PuStageCpModel
+
+PROOF_GAP = 1e-4         # a configuration may not beat the incumbent by less than this (relative)
+FIRST_SLICE_S = 0.25     # each configuration's first solve (s, or deterministic s under a work limit),
+                         # then doubled per unproven attempt
+REBUILD_GAIN = 0.02      # rebuild the capped model when the incumbent improves by this much
+
+
+@dataclass
+class Config:
+    stages: tuple[int, ...]          # stage of each PU (profile order)
+    lower: float                     # certified bound of the objective inside this configuration
+    slice_s: float = FIRST_SLICE_S
+    closed: bool = False
+    solves: int = 0
+    ceiling: float = math.inf        # a solve capped here ended with neither a plan nor a proof
+
+
+@dataclass
+class ConfigSearch:
+    plan: Plan
+    upper: float                     # the evaluator's value of ``plan``
+    lower: Bound
+    proven: bool
+    configs: list[Config] = field(default_factory=list)
+    work: float = 0.0
+    stopped_by: str | None = None
+
+    @property
+    def summary(self) -> dict:
+        return {"configurations": len(self.configs), "closed": sum(c.closed for c in self.configs),
+                "solves": sum(c.solves for c in self.configs)}
+
+
+def search_configurations(problem: MappingProblem, objective: str, incumbent: Plan, lower: Bound, *,
+                          deadline: Deadline, seed: int = 0, threads: int = 1, work_limit: float | None = None,
+                          max_stages: int | None = None, eps: dict[str, float] | None = None,
+                          progress=None) -> ConfigSearch:
+    """Minimise ``objective`` with disjoint PU sets (see the module docstring); ``incumbent`` must
+    meet the epsilon bounds ``eps`` (objective key -> upper bound) when they are given."""
+    key = AXES[objective]
+    upper = evaluate(problem, incumbent).objectives()[key]
+    out = ConfigSearch(incumbent, upper, lower, False)
+    capped = objective == "period" and "energy_mj" not in (eps or {})
+    try:
+        model = _build(problem, objective, out.upper if capped else None, deadline, max_stages, eps)
+    except OutOfTime:
+        out.stopped_by = "time"
+        return out
+    if model is None:                     # the incumbent's own period refuted: it is optimal
+        out.lower, out.proven = Bound(out.upper, "forced-placement"), True
+        return out
+    built_at = out.upper
+    data = ProblemArrays(problem)
+    try:
+        out.configs = []
+        for stages in stage_configurations(problem, max_stages):
+            deadline.check()
+            start = lower.value
+            if capped:       # the forced-placement test with the configuration known
+                start = configuration_bound(problem, stages, start, out.upper * (1 - PROOF_GAP), data)
+            out.configs.append(Config(stages, start))
+        while True:
+            if capped and out.upper < built_at * (1 - REBUILD_GAIN):
+                rebuilt = _build(problem, objective, out.upper, deadline, max_stages, eps)
+                if rebuilt is None:
+                    for c in out.configs:
+                        c.lower, c.closed = max(c.lower, out.upper), True
+                else:
+                    model, built_at = rebuilt, out.upper
+            open_ = [c for c in out.configs if not c.closed and c.lower < out.upper * (1 - PROOF_GAP)]
+            for c in out.configs:
+                if not c.closed and c not in open_:
+                    c.closed = True
+            _update_lower(out)
+            if not open_:
+                out.proven = True
+                return out
+            left_work = None if work_limit is None else work_limit - out.work
+            if left_work is not None and left_work <= 0:
+                out.stopped_by = "work"
+                return out
+            left = deadline.remaining()
+            if left is not None and left <= 0.05:
+                out.stopped_by = "time"
+                return out
+            config = min(open_, key=lambda c: (c.lower, c.solves))
+            if left_work is None:         # slices of wall-clock time
+                limits = {"time_limit": config.slice_s if left is None else min(left, config.slice_s),
+                          "work_limit": None}
+            else:                         # slices of work: the same search on any machine load
+                limits = {"time_limit": left, "work_limit": min(left_work, config.slice_s)}
+            _solve_config(problem, model, config, out, objective, data, seed=seed, threads=threads, **limits)
+            if progress:
+                done = sum(c.closed for c in out.configs)
+                progress(done, len(out.configs), f"{key} in [{out.lower.value:.4f}, {out.upper:.4f}]")
+    except OutOfTime:
+        out.stopped_by = "time"
+        _update_lower(out)
+        return out
+
+
+def _build(problem, objective, cap, deadline, max_stages, eps):
+    """The model every configuration is cut from: capped at the incumbent for the period."""
+    model = PuStageCpModel(problem, max_stages=max_stages, deadline=deadline, period_cap=cap)
+    if model.infeasible_cap:
+        return None
+    for k, value in (eps or {}).items():
+        axis = k.split("_")[0]
+        if cap is None:
+            model.add_upper_bound(axis, to_model(axis, value))
+        elif axis in ("period", "latency"):   # rounded down, as every time of the capped model
+            model.add_upper_bound(axis, math.floor(value * CAP_TICK))
+        else:
+            raise ValueError("an energy bound with the period objective needs the uncapped model")
+    return model
+
+
+def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: str, data, *, seed, threads,
+                  time_limit, work_limit) -> None:
+    """One solve of ``config``, capped just below the incumbent or, after a solve that ended with
+    nothing, at the middle of the configuration's open interval (destructive bounding: a
+    refuted cap is a bound, a plan an incumbent)."""
+    m = model.m.Clone()
+    for p, s in zip(model.pus, config.stages):
+        m.Add(m.GetBoolVarFromProtoIndex(model.g[(p, s)].Index()) == 1)
+    var = m.GetIntVarFromProtoIndex(model.vars[objective].Index())
+    target = out.upper * (1 - PROOF_GAP)                 # only improvements are sought
+    cap = target if config.ceiling >= target else (config.lower + config.ceiling) / 2
+    if objective == "period":
+        windows = period_windows(problem, cap, config.stages, data)
+        if windows is None:                               # refuted without a solve
+            config.lower = max(config.lower, cap)
+            config.closed = cap >= target
+            return
+        _add_windows(m, model, windows, cap)
+        m.Add(var <= math.floor(cap * model.tick))
+    else:
+        m.Add(var <= to_model(objective, cap) + math.floor(model.slack[objective]))
+    res = model.solve(objective, time_limit=time_limit, seed=seed, threads=threads, work_limit=work_limit, model=m)
+    out.work += res.work
+    config.solves += 1
+    key = AXES[objective]
+    if res.plan is not None:
+        found = evaluate(problem, res.plan).objectives()[key]
+        if found < out.upper:
+            out.plan, out.upper = res.plan, found
+    if res.status == "infeasible":
+        config.lower = max(config.lower, cap)
+        config.closed = cap >= target
+        return
+    if res.bound is not None:
+        if objective == "period":
+            value = math.ceil(res.bound - 1e-6) / model.tick
+        else:
+            value = bound_from_model(objective, res.bound, model.slack[objective])
+        config.lower = max(config.lower, value)
+    if res.status == "optimal":
+        config.closed = True
+    else:
+        config.slice_s *= 2
+        if res.plan is None:
+            config.ceiling = min(config.ceiling, cap)
+            if config.ceiling - config.lower <= PROOF_GAP * config.ceiling:
+                config.ceiling = math.inf     # nothing left to probe below: solve at the incumbent
+
+
+def _add_windows(m, model: PuStageCpModel, windows, cap: float) -> None:
+    """The configuration's heads and tails at ``cap`` as release times and deadlines (rounded
+    down, as every time of the capped model), and the placements they exclude."""
+    idx = model.problem.index
+    pk = {p: i for i, p in enumerate(model.pus)}
+    for (u, p), lit in model.on.items():
+        i, j = idx[u], pk[p]
+        var = m.GetBoolVarFromProtoIndex(lit.Index())
+        if not windows.allowed[i, j]:
+            m.Add(var == 0)
+            continue
+        start = m.GetIntVarFromProtoIndex(model.start[u].Index())
+        head = math.floor(windows.head[i, j] * model.tick)
+        latest = math.floor((cap - windows.tail[i, j]) * model.tick) - model.dur[(u, p)]
+        if head > 0:
+            m.Add(start >= head).OnlyEnforceIf(var)
+        m.Add(start <= latest).OnlyEnforceIf(var)
+
+
+def _update_lower(out: ConfigSearch) -> None:
+    open_bounds = [c.lower for c in out.configs if not c.closed]
+    closed_bounds = [c.lower for c in out.configs if c.closed]
+    value = min(open_bounds + [out.upper * (1 - PROOF_GAP)] + closed_bounds, default=out.upper)
+    value = min(value, out.upper)
+    if value > out.lower.value:
+        out.lower = Bound(value, "stage configurations (CP-SAT)")

@@ -50,6 +50,11 @@ from pipeplan.formulations.mapping.problem import MappingProblem
 
 # relative precision of the forced-placement bisection (the bound is the refuted end: valid)
 BISECTION_TOL = 1e-4
+# unit and edge visits of the forced-placement tests per deterministic second of work (about
+# 2-5 s of Python each); the default for one problem's arrays
+VISITS_PER_WORK = 2e5
+TEST_BUDGET = 2 * VISITS_PER_WORK
+DEFAULT_WORK = 1.0     # what the exact solvers give ``certified_bounds`` before they search
 
 
 @dataclass(frozen=True)
@@ -126,9 +131,13 @@ def lower_bounds(problem: MappingProblem) -> dict[str, float]:
 
 class ProblemArrays:
     """Dense arrays of one problem at every PU's top level: ``t[u, p]`` (inf where p cannot run
-    u), per edge the transfer matrix ``x[e, a, b]``, input/output phases per PU."""
+    u), per edge the transfer matrix ``x[e, a, b]``, input/output phases per PU; and the
+    forced-placement tests' work so far (``visits``: unit and edge visits) against ``budget``.
+    Past the budget a test answers "not refuted", which keeps every bound valid and makes it
+    the same on any machine (work, not time, decides where it stops)."""
 
-    def __init__(self, problem: MappingProblem):
+    def __init__(self, problem: MappingProblem, budget: float = TEST_BUDGET):
+        self.visits, self.budget = 0, budget
         prof = problem.profile
         self.pus = list(prof.pus)
         n, k = len(problem.units), len(self.pus)
@@ -245,8 +254,11 @@ def _refutes(d: ProblemArrays, period: float) -> bool:
 
 
 def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None):
-    """(domains, heads, tails) at ``period``, or None if refuted; ``stages``: see period_windows."""
+    """(domains, heads, tails) at ``period``, or None if refuted; ``stages``: see period_windows.
+    Past the work budget: the untouched domains, no heads or tails (nothing refuted)."""
     n, k = d.t.shape
+    if d.visits >= d.budget:
+        return d.t <= period, np.zeros((n, k)), np.zeros((n, k))
     eye = np.eye(k, dtype=bool)
     dom = d.t <= period
     dom[0] &= d.t[0] + d.t_in <= period        # the first unit's stage also holds the input phase
@@ -256,6 +268,7 @@ def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None
         forward = stages[:, None] <= stages[None, :]             # [a, b]: a tensor may go a -> b
     limit = period * (1 + 1e-12)
     for _ in range(n + 1):                     # domain propagation to a fixed point
+        d.visits += 2 * (n + len(d.edges))
         if not dom.any(axis=1).all():
             return None
         forced = dom & (dom.sum(axis=1) == 1)[:, None]
@@ -432,13 +445,14 @@ def configurations_bound(problem: MappingProblem, start: float, data: ProblemArr
     return Bound(lo, "stage-configurations")
 
 
-def certified_bounds(problem: MappingProblem, work_limit: float = 2.0, *,
+def certified_bounds(problem: MappingProblem, work_limit: float = DEFAULT_WORK, *,
                      disjoint_pus: bool = True) -> dict[str, list[Bound]]:
-    """Analytic bounds plus the optimisation arguments (the load-balancing MILP within
-    ``work_limit`` deterministic seconds), per objective key; the latency inherits the best
-    period bound. The forced-placement argument holds for plans with disjoint PU sets only."""
+    """Analytic bounds plus the optimisation arguments (the load-balancing model within
+    ``work_limit`` deterministic seconds, the forced-placement tests within ``work_limit`` x
+    ``VISITS_PER_WORK`` visits), per objective key; the latency inherits the best period bound.
+    The forced-placement arguments hold for plans with disjoint PU sets only."""
     found = analytic_bounds(problem)
-    d = ProblemArrays(problem)
+    d = ProblemArrays(problem, budget=work_limit * VISITS_PER_WORK)
     found["period_ms"] += load_balance(problem, work_limit, d)
     if disjoint_pus:
         for argument in (forced_placement, configurations_bound):

@@ -41,8 +41,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from pipeplan.app.stored_optima import COLUMNS as OPTIMA_COLUMNS
+from pipeplan.app.stored_optima import SNAPSHOT, read_optima
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_output, load_toml, read_input, write_json
+from pipeplan.core.io import check_output, load_toml, read_input, write_atomic, write_json
+from pipeplan.core.tables import csv_text
 from pipeplan.core.vocabulary import SYSTEMS
 from pipeplan.instances.paths import INSTANCES_DIR
 
@@ -562,6 +565,7 @@ def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jo
         write_json(out / "suite.json", {
             "suite": suite_name, "source": str(path), "engine": engine, "jobs": jobs,
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine()})
+        _snapshot_optima(out, {r.instance for r in runs if r.system == "mapping"})
 
         def on_record(record: dict) -> None:
             nonlocal finished
@@ -575,6 +579,14 @@ def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jo
         (run_local if engine == "local" else run_ray)(todo, jobs, on_record, grace_s)
     return {"runs": total, "skipped": total - len(todo), "ran": len(todo),
             "wall_time_s": time.perf_counter() - began}
+
+
+def _snapshot_optima(out: Path, instances: set[str]) -> None:
+    """The stored optima of the suite's mapping instances, copied into the results folder
+    (``reference_optima.csv``), so that the report takes its references from the folder alone."""
+    rows = [r for r in read_optima() if r["instance"] in instances]
+    if rows:
+        write_atomic(out / SNAPSHOT, csv_text(rows, OPTIMA_COLUMNS))
 
 
 def _machine() -> dict:

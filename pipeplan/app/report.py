@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipeplan.app.bench import RECORDS, read_records
 from pipeplan.app.figures import pareto_plot
+from pipeplan.app.stored_optima import SNAPSHOT, read_optima, references
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json, staged_folder, write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
@@ -48,18 +49,25 @@ def _by_instance(records: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _reference(rs: list[dict], key: str) -> tuple[float | None, str]:
-    """The certified reference of ``key`` for one instance's runs: the best proven optimum
-    ("opt"), else the best lower bound an exact solver's run reported ("lb"; records that say
-    ``exact``), never above the best value found; (None, "-") when no run certified one. A
-    heuristic's bound (the formulation's analytic one) never counts."""
+def _reference(rs: list[dict], key: str, stored: dict | None = None) -> tuple[float | None, str]:
+    """The certified reference of ``key`` for one instance's runs: the stored optimum
+    (``stored``, a row of results/mapping/optima.csv) or the best proven optimum of the runs
+    ("opt"), else the best certified lower bound known, from the stored row or an exact solver's
+    run ("lb"; records that say ``exact``), never above the best value found; (None, "-") when
+    nothing certifies one. A heuristic's bound (the formulation's analytic one) never counts."""
     proven = [r["objectives"][key] for r in rs if r.get("quality") == "proven_optimal" and r["objectives"].get(key)]
+    if stored and stored.get("status") == "optimal" and stored.get("value"):
+        proven.append(stored["value"])
     if proven:
         return min(proven), "opt"
     bounds = [r["bound"][key] for r in rs if r.get("exact") is True and (r.get("bound") or {}).get(key)]
+    if stored and stored.get("bound"):
+        bounds.append(stored["bound"])
     if not bounds:
         return None, "-"
     found = [r["objectives"][key] for r in rs if (r.get("objectives") or {}).get(key)]
+    if stored and stored.get("value"):
+        found.append(stored["value"])
     return min([max(bounds), *found]), "lb"
 
 
@@ -78,20 +86,23 @@ def _status(r: dict) -> str:
     return r.get("termination", "-")
 
 
-def mapping_section(records: list[dict], out: Path) -> list[str]:
+def mapping_section(records: list[dict], out: Path, stored: dict | None = None) -> list[str]:
+    """``stored``: (instance, objective key) -> row of the stored optima (the bench's snapshot)."""
+    stored = stored or {}
     by_inst = _by_instance(records)
     solvers = sorted({r["solver"] for r in records})   # one order whatever order the runs ended in
     lines = ["## Operator mapping: heuristic vs exact", "",
-             "Period (ms) per solver and its ratio to the instance's certified reference: the best proven "
-             "optimum (`opt`), else the best lower bound an exact solver (cpsat, milp) reported (`lb`, flagged); "
-             "`-` where no exact run certified one.", "",
+             "Period (ms) per solver and its ratio to the instance's certified reference: the proven "
+             "optimum (`opt`: stored in results/mapping/optima.csv, copied by the bench into this folder as "
+             f"{SNAPSHOT}, or proven by a run here), else the best certified lower bound known (`lb`, flagged: "
+             "no proof exists, the ratio overstates); `-` where nothing certifies one.", "",
              "Second table: each solver's gap to that same reference (a heuristic's own analytic bound is never "
              "used; `-` where there is no reference), its solve time and status; a run cut short says which "
              "limit stopped it: `work limit` (its work limit: CP-SAT deterministic time, NSGA-II evaluations, "
              "HiGHS nodes; the same result on any machine load) or `time limit` (the wall clock).", ""]
     table, gap_table, plots = [], [], []
     for inst, rs in by_inst.items():
-        ref, tag = _reference(rs, "period_ms")
+        ref, tag = _reference(rs, "period_ms", stored.get((inst, "period_ms")))
         cells, gcells = [], []
         for s in solvers:
             r = next((x for x in rs if x["solver"] == s), None)
@@ -301,9 +312,13 @@ def write_report(results_dir: Path) -> str:
     for r in records:
         by_system[r["system"]].append(r)
     with staged_folder(results_dir) as stage:     # report.md, summary.csv and plots appear together
+        stored = references(read_optima(results_dir / SNAPSHOT))
         for system, rs in by_system.items():
             section = SECTIONS.get(system)
-            lines += section(rs, stage) if section else [f"## {system}", "", "(no report section)", ""]
+            if system == "mapping":
+                lines += mapping_section(rs, stage, stored)
+            else:
+                lines += section(rs, stage) if section else [f"## {system}", "", "(no report section)", ""]
         lines += limits_section(records)
         errors = [r for r in records if r["termination"] == "error" or str(r.get("message", "")).startswith("killed")]
         if errors:

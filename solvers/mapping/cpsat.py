@@ -32,7 +32,7 @@ from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
 from pipeplan.core.vocabulary import MappingAxis
-from pipeplan.formulations.mapping.bounds import Bound, best_analytic, certified_bounds
+from pipeplan.formulations.mapping.bounds import DEFAULT_WORK, Bound, best_analytic, certified_bounds
 from pipeplan.formulations.mapping.bounds import best as best_bound
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit
@@ -40,7 +40,6 @@ from pipeplan.solvers.mapping.common import scored_result, search_deadline
 from pipeplan.solvers.mapping.cpsat_model import to_model
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
 
-BOUND_WORK = 1.0     # CP-SAT deterministic seconds for the load-balancing bound before the search
 TIE_BREAK_MIN_S = 2.0  # after a configuration search, the tie-break gets max(this, the search's time)
 
 if TYPE_CHECKING:
@@ -163,7 +162,7 @@ def _certified_lower(problem, key: str, shared_pus: bool, deadline: Deadline) ->
     left = deadline.remaining()
     if left is not None and left < 1.0:
         return best_analytic(problem)[key]
-    return best_bound(certified_bounds(problem, BOUND_WORK, disjoint_pus=not shared_pus)[key])
+    return best_bound(certified_bounds(problem, DEFAULT_WORK, disjoint_pus=not shared_pus)[key])
 
 
 def _by_configurations(problem, objective, start_plan, lower, search, *, seed, threads, params, tie_break,

@@ -8,6 +8,12 @@ limit covers building each step's model and its hint too. ``work_limit`` (CP-SAT
 seconds) bounds all the sweep's solves together, each getting what the earlier ones left: with
 one thread the front a work limit cuts is the same on any machine load (the wall clock stays
 the safety net); the answer's ``stopped_by`` says which limit cut the sweep, if one did.
+
+On operator graphs (not chains) with disjoint PU sets each of the two solves of a step is the
+decomposition over PU-stage configurations (``stage_configs.py``) instead: the same sweep, with
+each step's two searches proven configuration by configuration. Its incumbents come from the
+sweep itself: the least-x plan (solved first) meets every epsilon bound the sweep will set on x,
+and the plan minimising y at a step meets the bound on y of the step's second search.
 """
 from __future__ import annotations
 
@@ -27,6 +33,9 @@ def exact_front(problem: MappingProblem, x: str = "period", y: str = "latency", 
     proven where marked); ``stopped_by``: "work", "time" or None (complete, or out of points)."""
     if x == y or x not in AXES or y not in AXES:
         raise ValueError(f"need two different axes among {', '.join(AXES)}")
+    if not problem.is_chain and "energy" not in (x, y):
+        return _front_by_configurations(problem, x, y, time_limit=time_limit, threads=threads, seed=seed,
+                                        max_points=max_points, progress=progress, work_limit=work_limit)
     clock = Deadline(time_limit)
     points = []
     eps = None
@@ -78,5 +87,53 @@ def exact_front(problem: MappingProblem, x: str = "period", y: str = "latency", 
             progress(len(points), None, f"{AXES[x]}={ev.objectives()[AXES[x]]:.3f}")
         eps = best.values[x] - 1
     points.sort(key=lambda p: p["objectives"][AXES[x]])
+    return {"axes": [x, y], "points": points, "complete": complete, "wall_time_s": clock.elapsed(),
+            "work": work, "stopped_by": None if complete else stopped_by}
+
+
+def _front_by_configurations(problem: MappingProblem, x: str, y: str, *, time_limit, threads, seed, max_points,
+                             progress, work_limit) -> dict:
+    """The sweep of :func:`exact_front` with each solve a configuration search (period and
+    latency axes: the capped model of the period keeps its certificate under a latency bound)."""
+    from pipeplan.formulations.mapping.bounds import best, certified_bounds
+    from pipeplan.solvers.mapping.stage_configs import search_configurations
+    from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
+
+    clock = Deadline(time_limit)
+    found = certified_bounds(problem)
+    kx, ky = AXES[x], AXES[y]
+    points, work, stopped_by, complete = [], 0.0, None, False
+
+    def search(objective: str, incumbent, eps: dict):
+        nonlocal work
+        left = None if work_limit is None else max(0.0, work_limit - work)
+        r = search_configurations(problem, objective, incumbent, best(found[AXES[objective]]), deadline=clock,
+                                  seed=seed, threads=threads, work_limit=left, eps=eps)
+        work += r.work
+        return r
+
+    try:
+        least_x = search(x, best_heuristic_plan(problem, x, Deadline(None if time_limit is None else time_limit / 10)),
+                         {})
+        eps = None
+        while len(points) < max_points:
+            if eps is not None and eps < least_x.upper * (1 - 1e-12):
+                complete = True
+                break
+            first = search(y, least_x.plan, {} if eps is None else {kx: eps})
+            second = search(x, first.plan, {ky: first.upper})
+            if not (first.proven and second.proven):
+                stopped_by = first.stopped_by or second.stopped_by or "time"
+            ev = evaluate(problem, second.plan)
+            points.append({"objectives": ev.objectives(), "plan": second.plan.to_dict(),
+                           "proven": first.proven and second.proven})
+            if progress:
+                progress(len(points), None, f"{kx}={ev.objectives()[kx]:.3f}")
+            if stopped_by:
+                break
+            eps = ev.objectives()[kx] * (1 - 1e-4) - 1e-6   # the next point improves x by more than the proof gap
+    except OutOfTime:
+        stopped_by = "time"
+    points.sort(key=lambda p: p["objectives"][kx])
     return {"axes": [x, y], "points": points, "complete": complete, "wall_time_s": clock.elapsed(),
             "work": work, "stopped_by": None if complete else stopped_by}

@@ -17,6 +17,8 @@ from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.core.vocabulary import MAPPING_TIE_BREAK as TIE_BREAK
 from pipeplan.core.vocabulary import MappingAxis
+from pipeplan.formulations.mapping.bounds import DEFAULT_WORK, Bound, certified_bounds
+from pipeplan.formulations.mapping.bounds import best as best_bound
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.mapping.common import objective_key, scored_result, search_deadline
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
@@ -84,6 +86,8 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
         return None if time_limit is None else search.remaining() - reserve
     for key, value in (bounds or {}).items():
         model.add_upper_bound(axis_of[key], value)
+    lower = best_bound(certified_bounds(problem, DEFAULT_WORK)[AXES[objective]])
+    model.add_lower_bound(objective, lower.value)      # the certified bound as a cut
     notes = []
     if warm_start is not None and not model.set_start(warm_start):
         notes.append("warm start ignored (shared PUs or more stages than the model has)")
@@ -115,8 +119,9 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     if state == "feasible":
         why = first.stopped_by or "time"
         notes.append(stop_note(why, f"{first.nodes} nodes" if first.nodes is not None else ""))
+        best = lower if dual is None or dual < lower.value else Bound(dual, "HiGHS dual bound")
         return scored_result(problem, "milp", plan, objective=objective, termination=Termination.TIME_LIMIT,
-                             quality=Quality.FEASIBLE, bound={key: dual} if dual is not None else None,
+                             quality=Quality.FEASIBLE, bound={key: best.value}, bound_source={key: best.source},
                              params=params, message="; ".join(notes), stopped_by=why)
     model.add_upper_bound(objective, value * (1 + TIE_SLACK) + TIE_SLACK)
     if time_limit is None or solve_time() >= 0.5:
@@ -126,4 +131,5 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
             plan = min(plan, model.plan(), key=lambda pl: objective_key(objective)(evaluate(problem, pl)))
     bound = {key: evaluate(problem, plan).objectives()[key]}
     return scored_result(problem, "milp", plan, objective=objective, termination=Termination.OPTIMAL,
-                         quality=Quality.PROVEN_OPTIMAL, bound=bound, params=params, message="; ".join(notes))
+                         quality=Quality.PROVEN_OPTIMAL, bound=bound, bound_source={key: "MILP optimum (HiGHS)"},
+                         params=params, message="; ".join(notes))

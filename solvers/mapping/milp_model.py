@@ -234,6 +234,10 @@ class MappingMilp:
     def add_upper_bound(self, axis: str, value: float) -> None:
         self.prob += self.objectives[axis] <= value
 
+    def add_lower_bound(self, axis: str, value: float) -> None:
+        """A certified lower bound as a cut (less a relative 1e-9, the solver's tolerance)."""
+        self.prob += self.objectives[axis] >= value * (1 - 1e-9)
+
     # ------------------------------------------------------------------------------ plans
 
     def plan(self) -> Plan:

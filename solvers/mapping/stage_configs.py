@@ -46,8 +46,13 @@ from dataclasses import dataclass, field
 
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
-from pipeplan.formulations.mapping.bounds import Bound, configuration_bound, period_windows, stage_configurations
-from pipeplan.formulations.mapping.bounds import ProblemArrays
+from pipeplan.formulations.mapping.bounds import (
+    Bound,
+    ProblemArrays,
+    configuration_bound,
+    period_windows,
+    stage_configurations,
+)
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
@@ -79,6 +84,7 @@ class ConfigSearch:
     configs: list[Config] = field(default_factory=list)
     work: float = 0.0
     stopped_by: str | None = None
+    eps: dict[str, float] = field(default_factory=dict)   # objective key -> upper bound every plan meets
 
     @property
     def summary(self) -> dict:
@@ -94,7 +100,7 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
     meet the epsilon bounds ``eps`` (objective key -> upper bound) when they are given."""
     key = AXES[objective]
     upper = evaluate(problem, incumbent).objectives()[key]
-    out = ConfigSearch(incumbent, upper, lower, False)
+    out = ConfigSearch(incumbent, upper, lower, False, eps=dict(eps or {}))
     capped = objective == "period" and "energy_mj" not in (eps or {})
     try:
         model = _build(problem, objective, out.upper if capped else None, deadline, max_stages, eps)
@@ -105,15 +111,13 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
         out.lower, out.proven = Bound(out.upper, "forced-placement"), True
         return out
     built_at = out.upper
-    data = ProblemArrays(problem)
+    data, solve_data = ProblemArrays(problem), ProblemArrays(problem)
+    out.configs = [Config(stages, lower.value) for stages in stage_configurations(problem, max_stages)]
     try:
-        out.configs = []
-        for stages in stage_configurations(problem, max_stages):
+        for config in out.configs if capped else ():    # the forced-placement test, configuration known
             deadline.check()
-            start = lower.value
-            if capped:       # the forced-placement test with the configuration known
-                start = configuration_bound(problem, stages, start, out.upper * (1 - PROOF_GAP), data)
-            out.configs.append(Config(stages, start))
+            config.lower = configuration_bound(problem, config.stages, config.lower, out.upper * (1 - PROOF_GAP),
+                                               data)
         while True:
             if capped and out.upper < built_at * (1 - REBUILD_GAIN):
                 rebuilt = _build(problem, objective, out.upper, deadline, max_stages, eps)
@@ -144,7 +148,7 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
                           "work_limit": None}
             else:                         # slices of work: the same search on any machine load
                 limits = {"time_limit": left, "work_limit": min(left_work, config.slice_s)}
-            _solve_config(problem, model, config, out, objective, data, seed=seed, threads=threads, **limits)
+            _solve_config(problem, model, config, out, objective, solve_data, seed=seed, threads=threads, **limits)
             if progress:
                 done = sum(c.closed for c in out.configs)
                 progress(done, len(out.configs), f"{key} in [{out.lower.value:.4f}, {out.upper:.4f}]")
@@ -159,10 +163,10 @@ def _build(problem, objective, cap, deadline, max_stages, eps):
     model = PuStageCpModel(problem, max_stages=max_stages, deadline=deadline, period_cap=cap)
     if model.infeasible_cap:
         return None
-    for k, value in (eps or {}).items():
+    for k, value in (eps or {}).items():   # relaxed by the rounding: plans found are checked exactly
         axis = k.split("_")[0]
         if cap is None:
-            model.add_upper_bound(axis, to_model(axis, value))
+            model.add_upper_bound(axis, to_model(axis, value) + math.ceil(model.slack[axis]))
         elif axis in ("period", "latency"):   # rounded down, as every time of the capped model
             model.add_upper_bound(axis, math.floor(value * CAP_TICK))
         else:
@@ -182,6 +186,7 @@ def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: 
     target = out.upper * (1 - PROOF_GAP)                 # only improvements are sought
     cap = target if config.ceiling >= target else (config.lower + config.ceiling) / 2
     if objective == "period":
+        data.visits = 0                                   # a fresh budget for each solve's windows
         windows = period_windows(problem, cap, config.stages, data)
         if windows is None:                               # refuted without a solve
             config.lower = max(config.lower, cap)
@@ -196,9 +201,10 @@ def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: 
     config.solves += 1
     key = AXES[objective]
     if res.plan is not None:
-        found = evaluate(problem, res.plan).objectives()[key]
-        if found < out.upper:
-            out.plan, out.upper = res.plan, found
+        values = evaluate(problem, res.plan).objectives()
+        meets = all(values[k] <= v * (1 + 1e-12) for k, v in out.eps.items())
+        if meets and values[key] < out.upper:
+            out.plan, out.upper = res.plan, values[key]
     if res.status == "infeasible":
         config.lower = max(config.lower, cap)
         config.closed = cap >= target

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 
 import pytest
 
-
 import pipeplan
 from pipeplan.app.bench import catalogue
 from pipeplan.core.registry import get_solver, solvers

@@ -7,13 +7,19 @@ from hypothesis import strategies as st
 
 from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping import brute_force
-from pipeplan.formulations.mapping.bounds import (Bound, best, best_analytic, certified_bounds, lower_bounds,
-                                                  period_windows)
+from pipeplan.formulations.mapping.bounds import (
+    Bound,
+    best,
+    best_analytic,
+    certified_bounds,
+    lower_bounds,
+    period_windows,
+)
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.tiny import _random, tiny_catalogue
 from pipeplan.solvers.mapping.cpsat_pu_stages import PuStageCpModel
-from pipeplan.solvers.mapping.stage_configs import search_configurations
 from pipeplan.solvers.mapping.single import fastest_pu_plan
+from pipeplan.solvers.mapping.stage_configs import search_configurations
 
 CATALOGUE = tiny_catalogue()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pipeplan
 from pipeplan.app.figures import pareto_plot
+from pipeplan.app.stored_optima import read_optima, references
 from pipeplan.core.errors import SolverFailure
 from pipeplan.core.io import write_atomic, write_json
 from pipeplan.core.result import SolveResult
@@ -51,7 +52,8 @@ def result_rows(results: dict[str, SolveResult], objective: str = "period") -> l
     every solver; without one, no gap is shown (a heuristic's own analytic bound is too weak to
     say how far it is from the optimum)."""
     key = AXES[objective]
-    certified = certified_bound(results, key)
+    instance = next(iter(results.values())).instance if results else ""
+    certified = certified_bound(results, key, references(read_optima()).get((instance, key)))
     rows = []
     for name, r in results.items():
         o = r.objectives
@@ -64,15 +66,20 @@ def result_rows(results: dict[str, SolveResult], objective: str = "period") -> l
     return rows
 
 
-def certified_bound(results: dict[str, SolveResult], key: str) -> float | None:
-    """The best certified lower bound of ``key`` among the results: a proven optimum, else the
-    highest bound an exact solver reported (None when no exact solver ran or proved one)."""
+def certified_bound(results: dict[str, SolveResult], key: str, stored: dict | None = None) -> float | None:
+    """The best certified lower bound of ``key``: a proven optimum (of a result, or ``stored``,
+    the instance's row of results/mapping/optima.csv), else the highest bound an exact solver
+    reported or the stored bound (None when nothing certifies one)."""
     from pipeplan.core.registry import get_solver
 
     proven = [r.objectives[key] for r in results.values() if r.quality.value == "proven_optimal" and key in r.objectives]
+    if stored and stored.get("status") == "optimal" and stored.get("value"):
+        proven.append(stored["value"])
     if proven:
         return min(proven)
     bounds = [r.bound[key] for n, r in results.items() if get_solver("mapping", n).exact and key in (r.bound or {})]
+    if stored and stored.get("bound"):
+        bounds.append(stored["bound"])
     return max(bounds) if bounds else None
 
 

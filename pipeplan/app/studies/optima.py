@@ -17,12 +17,12 @@ import io
 import time
 from pathlib import Path
 
+from pipeplan.app.stored_optima import COLUMNS, read_optima
 from pipeplan.core.io import write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 
-OPTIMA_COLUMNS = ("instance", "granularity", "objective", "status", "value", "bound", "bound_source", "gap",
-                  "method", "seconds", "threads")
+OPTIMA_COLUMNS = COLUMNS
 HEURISTICS = ("single", "heft", "pipeline-dp", "nsga2")
 HEURISTIC_PARAMS = {"nsga2": {"max_evaluations": 1500}}
 
@@ -73,18 +73,6 @@ def heuristic_rows(name: str, optimum: dict, *, time_limit: float, seed: int = 0
                      "ratio": period / ref if ref else None,
                      "ratio_to": "opt" if optimum["status"] == "optimal" else "lb (no proof)",
                      "beats_optimum": optimum["status"] == "optimal" and period < optimum["value"] * (1 - 1e-9)})
-    return rows
-
-
-def read_optima(path: Path) -> list[dict]:
-    """The rows of an optima.csv (numbers as floats, empty cells as None)."""
-    if not path.is_file():
-        return []
-    rows = []
-    for row in csv.DictReader(io.StringIO(path.read_text())):
-        for k in ("value", "bound", "gap", "seconds"):
-            row[k] = float(row[k]) if row.get(k) not in (None, "") else None
-        rows.append(row)
     return rows
 
 

@@ -9,8 +9,9 @@ Analytic, instant (:func:`lower_bounds`, used by every result's gap):
 * ``fastest-unit``: period >= the largest unit on its fastest PU;
 * ``average-load``: period >= all work on fastest PUs / number of PUs;
 * ``input+first``: period >= input stage + first unit, each on its best PU (one stage holds both);
-* ``critical-path``: latency >= the longest path with every unit on its fastest PU, plus the
-  cheapest input and output stages (transfers counted as 0); latency >= any period bound
+* ``critical-path``: latency >= the longest path with every unit on its fastest PU, the path
+  from the first unit after the cheapest input phase and the one to the last unit followed by the
+  cheapest output phase (transfers counted as 0); latency >= any period bound
   (the stage times sum to the latency, and a PU's work lies inside the stages it serves);
 * ``cheapest-energy``: energy >= every unit at its cheapest (PU, level), plus the cheapest input
   and output phases (transfers and idle power counted as 0).
@@ -96,10 +97,11 @@ def analytic_bounds(problem: MappingProblem) -> dict[str, list[Bound]]:
     period = [Bound(max(fast), "fastest-unit"), Bound(sum(fast) / len(pus), "average-load"),
               Bound(first, "input+first")]
     finish: dict[str, float] = {}
-    for i, u in enumerate(problem.units):
-        start = max((finish[e.src] for e in problem.preds[u.name]), default=0.0)
-        finish[u.name] = start + fast[i]
-    latency = [Bound(t_in + max(finish.values()) + t_out, "critical-path")]
+    for i, u in enumerate(problem.units):      # the first unit waits for the input phase; other
+        start = max((finish[e.src] for e in problem.preds[u.name]), default=0.0 if i else t_in)
+        finish[u.name] = start + fast[i]       # sources need not (they may sit in a later stage)
+    last = problem.units[-1].name              # the output phase follows the last unit only
+    latency = [Bound(max(max(finish.values()), finish[last] + t_out), "critical-path")]
     energy_uj = 0.0
     for i in range(len(problem.units) if prof.has_power else 0):
         energy_uj += min(t * prof.power(i, p, lv) for p in pus for lv, ts in prof.time_ms[p].items()
@@ -237,13 +239,14 @@ class Windows:
 
 
 def period_windows(problem: MappingProblem, period: float, stages: tuple[int, ...] | None = None,
-                   data: ProblemArrays | None = None) -> Windows | None:
+                   data: ProblemArrays | None = None, latency: bool = False) -> Windows | None:
     """The windows of every unit in a plan with disjoint PU sets and a period <= ``period``, or
     None when the forced-placement test proves that there is no such plan. ``stages`` (the stage
     of each PU, profile order) restricts the test to plans of that configuration, where whether
-    an edge stays inside a stage is known, not inferred."""
+    an edge stays inside a stage is known, not inferred. ``latency``: the test of a latency <=
+    ``period`` instead (heads and tails then count from the frame's start and to its end)."""
     d = data or ProblemArrays(problem)
-    found = _propagate(d, period, None if stages is None else np.asarray(stages))
+    found = _propagate(d, period, None if stages is None else np.asarray(stages), latency)
     return None if found is None else Windows(tuple(d.pus), *found)
 
 
@@ -253,8 +256,12 @@ def _refutes(d: ProblemArrays, period: float) -> bool:
     return _propagate(d, period) is None
 
 
-def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None):
+def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None, cumulative: bool = False):
     """(domains, heads, tails) at ``period``, or None if refuted; ``stages``: see period_windows.
+    ``cumulative``: test a *latency* <= ``period`` instead. One frame passes the stages one after
+    another, so a tensor from an earlier stage arrives after its producer's end plus the transfer
+    in the frame's own time too: every edge then counts like one inside a stage, and heads and
+    tails are times since the frame's start and until its end.
     Past the work budget: the untouched domains, no heads or tails (nothing refuted)."""
     n, k = d.t.shape
     if d.visits >= d.budget:
@@ -264,7 +271,7 @@ def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None
     dom[0] &= d.t[0] + d.t_in <= period        # the first unit's stage also holds the input phase
     if stages is not None:
         dom[0] &= stages == 0
-        fixed_same = stages[:, None] == stages[None, :]          # [a, b]: same stage
+        fixed_same = (stages[:, None] == stages[None, :]) | cumulative   # [a, b]: counts as one stage
         forward = stages[:, None] <= stages[None, :]             # [a, b]: a tensor may go a -> b
     limit = period * (1 + 1e-12)
     for _ in range(n + 1):                     # domain propagation to a fixed point
@@ -294,7 +301,7 @@ def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None
                 w = d.edges[e][0]
                 end = head[w] + t[w]                                   # per PU a of w
                 if stages is None:
-                    same = above[w][None, :] | below[v][:, None]       # [a, p]: one stage for sure
+                    same = above[w][None, :] | below[v][:, None] | cumulative   # [a, p]: one stage for sure
                     via = np.where(same, end[:, None] + d.x[e], d.x[e])
                 else:
                     via = np.where(forward, np.where(fixed_same, end[:, None] + d.x[e], d.x[e]), np.inf)
@@ -308,7 +315,7 @@ def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None
                 w = d.edges[e][1]
                 rest = t[w] + tail[w]                                  # per PU b of w
                 if stages is None:
-                    same = below[w][:, None] | above[v][None, :]       # [p, b]: one stage for sure
+                    same = below[w][:, None] | above[v][None, :] | cumulative   # [p, b]: one stage for sure
                     via = np.where(same, d.x[e] + rest[None, :], 0.0)
                 else:
                     via = np.where(forward, np.where(fixed_same, d.x[e] + rest[None, :], 0.0), np.inf)
@@ -400,36 +407,41 @@ def stage_configurations(problem: MappingProblem, max_stages: int | None = None)
 
 
 def configuration_bound(problem: MappingProblem, stages: tuple[int, ...], start: float, stop: float,
-                        data: ProblemArrays | None = None) -> float:
-    """The largest period in [start, stop] the forced-placement test refutes for plans of
-    configuration ``stages`` (``start`` when it refutes none, ``stop`` when it refutes all),
-    by bisection to a relative ``BISECTION_TOL``."""
+                        data: ProblemArrays | None = None, latency: bool = False) -> float:
+    """The largest period (``latency``: latency) in [start, stop] the forced-placement test
+    refutes for plans of configuration ``stages`` (``start`` when it refutes none, ``stop`` when
+    it refutes all), by bisection to a relative ``BISECTION_TOL``."""
     d = data or ProblemArrays(problem)
     cfg = np.asarray(stages)
-    if _propagate(d, start, cfg) is not None:
+    if _propagate(d, start, cfg, latency) is not None:
         return start
-    if _propagate(d, stop, cfg) is None:
+    if _propagate(d, stop, cfg, latency) is None:
         return stop
     lo, hi = start, stop
     while hi - lo > BISECTION_TOL * hi:
         mid = (lo + hi) / 2
-        if _propagate(d, mid, cfg) is None:
+        if _propagate(d, mid, cfg, latency) is None:
             lo = mid
         else:
             hi = mid
     return lo
 
 
-def configurations_bound(problem: MappingProblem, start: float, data: ProblemArrays | None = None) -> Bound | None:
-    """``stage-configurations``: the least over all configurations of the period the
-    forced-placement test refutes with the configuration known (then whether an edge stays inside
-    a stage is a fact, not an inference). None if it does not improve on ``start``."""
+def configurations_bound(problem: MappingProblem, start: float, data: ProblemArrays | None = None,
+                         latency: bool = False) -> Bound | None:
+    """``stage-configurations``: the least over all configurations of the period (``latency``:
+    latency) the forced-placement test refutes with the configuration known (then whether an edge
+    stays inside a stage is a fact, not an inference). None if it does not improve on ``start``."""
     d = data or ProblemArrays(problem)
     configs = stage_configurations(problem)
     lo = start
 
     def all_refuted(period: float) -> bool:
-        return all(_propagate(d, period, np.asarray(c)) is None for c in configs)
+        for i, c in enumerate(configs):
+            if _propagate(d, period, np.asarray(c), latency) is not None:
+                configs.insert(0, configs.pop(i))     # a survivor is tested first next time
+                return False
+        return True
 
     if not all_refuted(lo):
         return None
@@ -442,7 +454,7 @@ def configurations_bound(problem: MappingProblem, start: float, data: ProblemArr
             lo = mid
         else:
             hi = mid
-    return Bound(lo, "stage-configurations")
+    return Bound(lo, "stage-configurations" + (" (latency)" if latency else ""))
 
 
 def certified_bounds(problem: MappingProblem, work_limit: float = DEFAULT_WORK, *,
@@ -461,4 +473,8 @@ def certified_bounds(problem: MappingProblem, work_limit: float = DEFAULT_WORK, 
                 found["period_ms"].append(lifted)
     top = best(found["period_ms"])
     found["latency_ms"].append(Bound(top.value, f"period ({top.source})"))
+    if disjoint_pus:
+        lifted = configurations_bound(problem, best(found["latency_ms"]).value, data=d, latency=True)
+        if lifted:
+            found["latency_ms"].append(lifted)
     return found

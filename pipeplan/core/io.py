@@ -215,11 +215,13 @@ def check_output(path: str | Path, *, folder: bool = False, log: bool = False) -
     return path
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
+def write_atomic(path: str | Path, data: str | bytes, *, log: bool = False) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
     so a reader never sees a half-written file and a crash leaves the old file intact. The
-    temporary name is short and fixed in length, so any name the file system takes works."""
-    path = check_output(path)
+    temporary name is short and fixed in length, so any name the file system takes works.
+    ``log``: ``path`` is a table of the command's own that it read and now rewrites (as
+    ``pipeplan optima`` merges its rows), not an input it must leave alone."""
+    path = check_output(path, log=log)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".pp-", suffix=".tmp", dir=path.parent)

@@ -136,6 +136,24 @@ class CpModelBase:
                     energy_err += err(round(idle), idle) * self.horizon + 2 * round(idle) * time_err
         return {"period": time_err, "latency": time_err, "energy": energy_err}
 
+    def energy_terms(self, runnable, t_in, t_out, handoff, handoff_ms, busy) -> list:
+        """The energy of a plan in nJ as the evaluator counts it: every unit on its PU, the input
+        and output phases, one handoff per (unit, source PU, destination PU) (``handoff``: its
+        literal, ``handoff_ms``: its longest transfer), and for ``per_pu`` profiles each PU's
+        idle power over ``period - busy`` (mW x us = nJ)."""
+        prof, idx = self.problem.profile, self.problem.index
+        first, last = self.units[0], self.units[-1]
+        top = {p: prof.pus[p].max_level for p in self.pus}
+        terms = [round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ) * self.on[(u, p)]
+                 for u in paced(self.units, self.deadline) for p in runnable[u]]
+        terms += [round(t_in[p][1] * NJ) * self.on[(first, p)] for p in runnable[first]]
+        terms += [round(t_out[p][1] * NJ) * self.on[(last, p)] for p in runnable[last]]
+        terms += [round(handoff_ms[key] * prof.transfers.power_mw * NJ) * h for key, h in handoff.items()]
+        if prof.power_model == "per_pu":
+            terms += [round(prof.pus[p].idle_power_mw) * (self.period - busy[p])
+                      for p in self.pus if prof.pus[p].idle_power_mw]
+        return terms
+
     # ------------------------------------------------------------------ solving
 
     def add_upper_bound(self, axis: str, value_model_units: int) -> None:
@@ -195,7 +213,6 @@ class MappingCpModel(CpModelBase):
         self.S = S = max(1, min(max_stages or (k + 1 if shared_pus else k), len(units)))
         from ortools.sat.python import cp_model  # here, so that the registry loads without it
         m = self.m = cp_model.CpModel()
-        idx = problem.index
 
         top = {p: prof.pus[p].max_level for p in self.pus}
         runnable = {u: [p for p in self.pus if (u, p) in self.dur] for u in units}
@@ -311,24 +328,7 @@ class MappingCpModel(CpModelBase):
         m.Add(self.latency == sum(T))
 
         # --- energy (nJ)
-        energy_terms = []
-        for u in paced(units, deadline):
-            for p in runnable[u]:
-                e_nj = round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ)
-                energy_terms.append(e_nj * self.on[(u, p)])
-        for p in runnable[first]:
-            energy_terms.append(round(t_in[p][1] * NJ) * self.on[(first, p)])
-        for p in runnable[last]:
-            energy_terms.append(round(t_out[p][1] * NJ) * self.on[(last, p)])
-        tr_power = prof.transfers.power_mw
-        for key, h in handoff.items():
-            energy_terms.append(round(handoff_ms[key] * tr_power * NJ) * h)
-        if prof.power_model == "per_pu":
-            for p in self.pus:
-                idle = prof.pus[p].idle_power_mw
-                if idle:
-                    # idle mW x (period - busy) us = nJ
-                    energy_terms.append(round(idle) * (self.period - busy[p]))
+        energy_terms = self.energy_terms(runnable, t_in, t_out, handoff, handoff_ms, busy)
         self.energy = m.NewIntVar(0, 10**15, "energy")  # 1e15 nJ = 1 MJ per frame: no real bound
         m.Add(self.energy == sum(energy_terms))
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}

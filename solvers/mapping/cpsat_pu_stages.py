@@ -47,7 +47,7 @@ from pipeplan.formulations.mapping.bounds import identical_pus, period_windows
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import paced, transfer_times
-from pipeplan.solvers.mapping.cpsat_model import NJ, US, CpModelBase
+from pipeplan.solvers.mapping.cpsat_model import US, CpModelBase
 
 CAP_TICK = 100 * US    # capped models count time in 10 ns, so that rounding down loses little
 
@@ -67,6 +67,7 @@ class PuStageCpModel(CpModelBase):
         m = self.m = cp_model.CpModel()
         top = {p: prof.pus[p].max_level for p in pus}
         cap = None
+        self.capped = period_cap is not None
         if period_cap is not None:  # a relaxation: every time rounded down (see the module docstring)
             self.tick = CAP_TICK
             cap = math.floor(period_cap * CAP_TICK)
@@ -207,21 +208,8 @@ class PuStageCpModel(CpModelBase):
         m.Add(self.latency == sum(T))
 
         # --- energy (nJ)
-        energy_terms = []
-        for (u, p), lit in self.on.items():
-            energy_terms.append(round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ) * lit)
-        for p in runnable[first]:
-            energy_terms.append(round(t_in[p][1] * NJ) * self.on[(first, p)])
-        for p in runnable[last]:
-            energy_terms.append(round(t_out[p][1] * NJ) * self.on[(last, p)])
-        tr_power = prof.transfers.power_mw
-        for key, h in handoff.items():
-            energy_terms.append(round(handoff_us[key] / self.tick * tr_power * NJ) * h)
-        if prof.power_model == "per_pu":
-            for p in pus:
-                idle = prof.pus[p].idle_power_mw
-                if idle:
-                    energy_terms.append(round(idle) * (self.period - busy[p]))
+        handoff_ms = {key: t / self.tick for key, t in handoff_us.items()}
+        energy_terms = self.energy_terms(runnable, t_in, t_out, handoff, handoff_ms, busy)
         self.energy = m.NewIntVar(0, 10**15, "energy")
         m.Add(self.energy == sum(energy_terms))
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}

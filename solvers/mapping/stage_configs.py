@@ -29,10 +29,10 @@ The search (a best-first branch over configurations, each solved by CP-SAT):
 * the bound of the instance is the least bound over the open configurations (and the incumbent
   when none is left): certified, because the configurations cover every plan.
 
-For the period the model is the capped one (``period_cap``): every time rounded down, so a
-refutation or an objective bound holds for the evaluator's values with no rounding slack. For
-latency and energy the uncapped model is used and its bound is reduced by its rounding slack
-(``bound_from_model``). Epsilon constraints (``bounds``) apply to every configuration, so
+For the period and the latency the model is the capped one (``period_cap``; a plan whose
+latency is at most L has a period at most L too): every time rounded down, so a refutation or
+an objective bound holds for the evaluator's values with no rounding slack. For energy the
+uncapped model is used and its bound is reduced by its rounding slack (``bound_from_model``). Epsilon constraints (``bounds``) apply to every configuration, so
 exact fronts use the same method.
 
 A configuration whose own time slices all end unproven keeps the instance open: the result then
@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.formulations.mapping.bounds import (
+    VISITS_PER_WORK,
     Bound,
     ProblemArrays,
     configuration_bound,
@@ -63,6 +64,8 @@ PROOF_GAP = 1e-4         # a configuration may not beat the incumbent by less th
 FIRST_SLICE_S = 0.25     # each configuration's first solve (s, or deterministic s under a work limit),
                          # then doubled per unproven attempt
 REBUILD_GAIN = 0.02      # rebuild the capped model when the incumbent improves by this much
+BOUND_SHARE = 0.25       # of the work limit (or else the seconds left) as the per-configuration tests'
+                         # budget, in units of bounds.VISITS_PER_WORK (about a second of Python each)
 
 
 @dataclass
@@ -101,7 +104,8 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
     key = AXES[objective]
     upper = evaluate(problem, incumbent).objectives()[key]
     out = ConfigSearch(incumbent, upper, lower, False, eps=dict(eps or {}))
-    capped = objective == "period" and "energy_mj" not in (eps or {})
+    # period and latency: the capped model (a plan with latency <= L also has period <= L)
+    capped = objective in ("period", "latency") and "energy_mj" not in (eps or {})
     try:
         model = _build(problem, objective, out.upper if capped else None, deadline, max_stages, eps)
     except OutOfTime:
@@ -111,13 +115,22 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
         out.lower, out.proven = Bound(out.upper, "forced-placement"), True
         return out
     built_at = out.upper
-    data, solve_data = ProblemArrays(problem), ProblemArrays(problem)
+    budget = VISITS_PER_WORK * max(2.0, BOUND_SHARE * (work_limit or deadline.remaining() or 16.0))
+    data, solve_data = ProblemArrays(problem, budget), ProblemArrays(problem)
     out.configs = [Config(stages, lower.value) for stages in stage_configurations(problem, max_stages)]
     try:
-        for config in out.configs if capped else ():    # the forced-placement test, configuration known
-            deadline.check()
-            config.lower = configuration_bound(problem, config.stages, config.lower, out.upper * (1 - PROOF_GAP),
-                                               data)
+        if capped:     # the forced-placement test with the configuration known: first at the cap,
+            target = out.upper * (1 - PROOF_GAP)             # then bisection for the survivors
+            latency = objective == "latency"
+            for config in out.configs:
+                deadline.check()
+                if period_windows(problem, _window_cap(target, out), config.stages, data) is None or (
+                        latency and period_windows(problem, target, config.stages, data, latency=True) is None):
+                    config.lower, config.closed = target, True
+            for config in out.configs:
+                if not config.closed:
+                    deadline.check()
+                    config.lower = configuration_bound(problem, config.stages, config.lower, target, data, latency)
         while True:
             if capped and out.upper < built_at * (1 - REBUILD_GAIN):
                 rebuilt = _build(problem, objective, out.upper, deadline, max_stages, eps)
@@ -185,14 +198,15 @@ def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: 
     var = m.GetIntVarFromProtoIndex(model.vars[objective].Index())
     target = out.upper * (1 - PROOF_GAP)                 # only improvements are sought
     cap = target if config.ceiling >= target else (config.lower + config.ceiling) / 2
-    if objective == "period":
+    if model.capped:
         data.visits = 0                                   # a fresh budget for each solve's windows
-        windows = period_windows(problem, cap, config.stages, data)
+        period_cap = _window_cap(cap, out)
+        windows = period_windows(problem, period_cap, config.stages, data)
         if windows is None:                               # refuted without a solve
             config.lower = max(config.lower, cap)
             config.closed = cap >= target
             return
-        _add_windows(m, model, windows, cap)
+        _add_windows(m, model, windows, period_cap)
         m.Add(var <= math.floor(cap * model.tick))
     else:
         m.Add(var <= to_model(objective, cap) + math.floor(model.slack[objective]))
@@ -210,7 +224,7 @@ def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: 
         config.closed = cap >= target
         return
     if res.bound is not None:
-        if objective == "period":
+        if model.capped:
             value = math.ceil(res.bound - 1e-6) / model.tick
         else:
             value = bound_from_model(objective, res.bound, model.slack[objective])
@@ -223,6 +237,12 @@ def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: 
             config.ceiling = min(config.ceiling, cap)
             if config.ceiling - config.lower <= PROOF_GAP * config.ceiling:
                 config.ceiling = math.inf     # nothing left to probe below: solve at the incumbent
+
+
+def _window_cap(cap: float, out: ConfigSearch) -> float:
+    """The period every plan sought has at most: the cap (a latency cap bounds the period too),
+    or the epsilon bound on the period when that is lower."""
+    return min(cap, out.eps.get("period_ms", math.inf))
 
 
 def _add_windows(m, model: PuStageCpModel, windows, cap: float) -> None:

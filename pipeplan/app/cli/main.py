@@ -157,9 +157,13 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
         write_atomic(out, text)
         o = result.objectives
         energy = f"{o.get('energy_mj', float('nan')):.1f} mJ" if problem.profile.has_power else "n/a"
+        key = MAPPING_KEYS[objective]
+        gap = ""
+        if info.exact and result.quality.value != "proven_optimal" and result.gap is not None:
+            gap = f", gap {result.gap:.1%} to the certified bound ({result.bound_source.get(key, 'bound')})"
         typer.echo(f"{result.solver}: {result.termination.value}/{result.quality.value} period "
                    f"{o.get('period_ms', float('nan')):.2f} ms, latency {o.get('latency_ms', float('nan')):.2f} ms, "
-                   f"energy {energy} -> {out}")
+                   f"energy {energy}{gap} -> {out}")
     else:
         typer.echo(text, nl=False)
     if result.termination.value == "error":
@@ -278,7 +282,8 @@ def optima_cmd(instances: str = typer.Option("a311d/*,bst/*", "--instances",
     known = list(dict.fromkeys(mapping_instance_names() + operator_granularity_names()))
     names: list[str] = []
     for item in (s.strip() for s in instances.split(",") if s.strip()):
-        matched = [n for n in known if fnmatch.fnmatchcase(n, item)] if any(c in item for c in "*?[") else [item]
+        pool = known if "@" in item else [n for n in known if "@" not in n]   # a311d/* is the fused graphs
+        matched = [n for n in pool if fnmatch.fnmatchcase(n, item)] if any(c in item for c in "*?[") else [item]
         if not matched:
             raise InputError("--instances", item, "matches no catalogue instance (see `pipeplan instances`)")
         names += [n for n in matched if n not in names]

@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 from pipeplan.app.stored_optima import COLUMNS, read_optima
-from pipeplan.core.io import write_atomic
+from pipeplan.core.io import read_input, write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 
 OPTIMA_COLUMNS = COLUMNS
 HEURISTICS = ("single", "heft", "pipeline-dp", "nsga2")
+HEURISTIC_COLUMNS = ("instance", "solver", "period_ms", "latency_ms", "energy_mj", "ratio", "ratio_to")
 HEURISTIC_PARAMS = {"nsga2": {"max_evaluations": 1500}}
 
 
@@ -34,7 +35,9 @@ def granularity_of(name: str) -> str:
 
 
 def solve_optimum(name: str, objective: str, *, time_limit: float, threads: int, seed: int = 0) -> dict:
-    """One optima row: the cpsat solver on ``name`` within ``time_limit`` seconds."""
+    """One optima row: the cpsat solver on ``name`` within ``time_limit`` seconds; ``seconds`` is
+    the time to the proof (or to the limit) of the objective, warm start and certified bounds
+    included, the tie-break objective's solve after it not."""
     from pipeplan.core.api import solve
     from pipeplan.instances.catalog import load_mapping
 
@@ -51,7 +54,7 @@ def solve_optimum(name: str, objective: str, *, time_limit: float, threads: int,
             "bound_source": result.bound_source.get(key, ""),
             "gap": 0.0 if proven and bound is None else result.gap,
             "method": "cpsat " + (result.params.get("method") or "lexicographic"),
-            "seconds": round(seconds, 2), "threads": threads}
+            "seconds": round(result.params.get("search_s", seconds), 2), "threads": threads}
 
 
 def heuristic_rows(name: str, optimum: dict, *, time_limit: float, seed: int = 0) -> list[dict]:
@@ -77,40 +80,46 @@ def heuristic_rows(name: str, optimum: dict, *, time_limit: float, seed: int = 0
 
 
 def merge(old: list[dict], new: list[dict]) -> list[dict]:
+    """Rows keyed by (instance, objective): a new row replaces an old one unless the old one is
+    tighter (a smaller certified gap), so a rerun under a shorter limit or a busier machine never
+    loses a proof or a better bound."""
     keyed = {(r["instance"], r["objective"]): r for r in old}
-    keyed.update({(r["instance"], r["objective"]): r for r in new})
+    for r in new:
+        k = (r["instance"], r["objective"])
+        before = keyed.get(k)
+        if before is None or (r["gap"] if r["gap"] is not None else 1.0) <= \
+                (before["gap"] if before["gap"] is not None else 1.0):
+            keyed[k] = r
     return sorted(keyed.values(), key=lambda r: (r["instance"], r["objective"]))
 
 
 def run_optima(names: list[str], out: Path, *, objective: str = "period", time_limit: float = 60.0,
                threads: int = 2, heuristics: bool = True, progress=None) -> list[dict]:
-    """Solve every instance of ``names``, merge the rows into ``out``/optima.csv and write
-    ``out``/optima.md (the table and the heuristic comparison)."""
-    rows, compared = [], []
+    """Solve every instance of ``names`` and merge its row into ``out``/optima.csv (and its
+    heuristics into optima_heuristics.csv) as soon as it is solved, each file rewritten
+    atomically, so an interrupted run keeps what it finished; optima.md follows each time."""
+    rows = []
     for i, name in enumerate(names):
         if progress:
             progress(i, len(names), name)
         row = solve_optimum(name, objective, time_limit=time_limit, threads=threads)
         rows.append(row)
+        write_atomic(out / "optima.csv", csv_text(merge(read_optima(out / "optima.csv"), [row]), OPTIMA_COLUMNS), log=True)
         if heuristics and objective == "period":
-            compared += heuristic_rows(name, row, time_limit=min(time_limit, 20.0))
-    merged = merge(read_optima(out / "optima.csv"), rows)
-    write_atomic(out / "optima.csv", csv_text(merged, OPTIMA_COLUMNS))
-    if compared:
-        columns = ("instance", "solver", "period_ms", "latency_ms", "energy_mj", "ratio", "ratio_to")
-        old = read_comparison(out / "optima_heuristics.csv")
-        done = {r["instance"] for r in compared}
-        table = [r for r in old if r["instance"] not in done] + compared
-        table.sort(key=lambda r: (r["instance"], HEURISTICS.index(r["solver"])))
-        write_atomic(out / "optima_heuristics.csv", csv_text(table, columns))
-    write_atomic(out / "optima.md", optima_markdown(merged, read_comparison(out / "optima_heuristics.csv")))
+            compared = heuristic_rows(name, row, time_limit=min(time_limit, 20.0))
+            table = [r for r in read_comparison(out / "optima_heuristics.csv") if r["instance"] != name] + compared
+            table.sort(key=lambda r: (r["instance"], HEURISTICS.index(r["solver"])))
+            write_atomic(out / "optima_heuristics.csv", csv_text(table, HEURISTIC_COLUMNS), log=True)
+        write_atomic(out / "optima.md", optima_markdown(read_optima(out / "optima.csv"),
+                                                        read_comparison(out / "optima_heuristics.csv")), log=True)
     return rows
 
 
 def read_comparison(path: Path) -> list[dict]:
+    """The rows of an optima_heuristics.csv (strings), [] if there is none."""
     if not path.is_file():
         return []
-    return list(csv.DictReader(io.StringIO(path.read_text())))
+    return list(csv.DictReader(io.StringIO(read_input(path, what="heuristics table").decode())))
 
 
 def optima_markdown(rows: list[dict], compared: list[dict]) -> str:
@@ -124,8 +133,7 @@ def optima_markdown(rows: list[dict], compared: list[dict]) -> str:
         text += ["", "## Heuristics against the stored optimum (period)", "",
                  "`ratio` = heuristic period / optimum; where no proof exists the ratio is to the certified "
                  "bound and flagged `lb (no proof)`: an upper bound on the true ratio, not the ratio.", ""]
-        columns = ("instance", "solver", "period_ms", "latency_ms", "energy_mj", "ratio", "ratio_to")
-        text += markdown_table(columns, [[_cell(r.get(c)) for c in columns] for r in compared])
+        text += markdown_table(HEURISTIC_COLUMNS, [[_cell(r.get(c)) for c in HEURISTIC_COLUMNS] for r in compared])
     return "\n".join(text) + "\n"
 
 

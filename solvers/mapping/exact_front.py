@@ -13,7 +13,10 @@ On operator graphs (not chains) with disjoint PU sets each of the two solves of 
 decomposition over PU-stage configurations (``stage_configs.py``) instead: the same sweep, with
 each step's two searches proven configuration by configuration. Its incumbents come from the
 sweep itself: the least-x plan (solved first) meets every epsilon bound the sweep will set on x,
-and the plan minimising y at a step meets the bound on y of the step's second search.
+and the plan minimising y at a step meets the bound on y of the step's second search. A search
+that cannot close gets at most a quarter of the time left (``STEP_SHARE``), so an unproven step
+leaves time for the rest of the front; its point is marked unproven. Points closer in x than the
+searches' certified gap (0.01%) are not told apart.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.cpsat_model import MappingCpModel
 
+STEP_SHARE = 4      # a configuration search of a sweep gets at most 1/STEP_SHARE of the time left,
+STEP_MIN_S = 20.0   # but at least this (when left): unproven steps leave time for the rest
 
 def exact_front(problem: MappingProblem, x: str = "period", y: str = "latency", *, time_limit: float = 60.0,
                 threads: int = 1, seed: int = 0, max_points: int = 200, progress=None,
@@ -107,7 +112,9 @@ def _front_by_configurations(problem: MappingProblem, x: str, y: str, *, time_li
     def search(objective: str, incumbent, eps: dict):
         nonlocal work
         left = None if work_limit is None else max(0.0, work_limit - work)
-        r = search_configurations(problem, objective, incumbent, best(found[AXES[objective]]), deadline=clock,
+        remaining = clock.remaining()      # a search that cannot close may not starve the sweep
+        step = Deadline(None if remaining is None else min(remaining, max(STEP_MIN_S, remaining / STEP_SHARE)))
+        r = search_configurations(problem, objective, incumbent, best(found[AXES[objective]]), deadline=step,
                                   seed=seed, threads=threads, work_limit=left, eps=eps)
         work += r.work
         return r
@@ -129,7 +136,7 @@ def _front_by_configurations(problem: MappingProblem, x: str, y: str, *, time_li
                            "proven": first.proven and second.proven})
             if progress:
                 progress(len(points), None, f"{kx}={ev.objectives()[kx]:.3f}")
-            if stopped_by:
+            if clock.expired():
                 break
             eps = ev.objectives()[kx] * (1 - 1e-4) - 1e-6   # the next point improves x by more than the proof gap
     except OutOfTime:

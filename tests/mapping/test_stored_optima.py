@@ -22,10 +22,14 @@ def test_every_catalogue_instance_has_a_stored_period_reference():
     assert not missing, f"no stored optimum or bound for {missing[:5]}: run `pipeplan optima`"
 
 
+# the table keeps 6 significant digits (earlier rows; newer ones 10): comparisons allow for that
+DIGITS = 1e-5
+
+
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['instance']}:{r['objective']}")
 def test_stored_bounds_hold_and_proofs_are_tight(row):
-    assert row["bound"] <= row["value"] * (1 + 1e-12)
-    assert row["gap"] == pytest.approx((row["value"] - row["bound"]) / row["value"], abs=1e-6)
+    assert row["bound"] <= row["value"] * (1 + DIGITS)
+    assert row["gap"] == pytest.approx((row["value"] - row["bound"]) / row["value"], abs=DIGITS)
     if row["status"] == "optimal":
         assert row["gap"] <= PROOF_GAP * (1 + 1e-6)
 
@@ -40,7 +44,7 @@ def test_cpsat_reproduces_the_stored_optimum(row):
     r = pipeplan.solve(load_mapping(row["instance"]), "cpsat", time_limit=60, threads=1)
     assert r.quality is Quality.PROVEN_OPTIMAL, r.message
     assert r.objectives["period_ms"] == pytest.approx(row["value"], rel=PROOF_GAP)
-    assert r.bound["period_ms"] <= row["value"] * (1 + 1e-9)
+    assert r.bound["period_ms"] <= row["value"] * (1 + DIGITS)
 
 
 @pytest.mark.parametrize("row", MILP_QUICK, ids=lambda r: r["instance"])
@@ -57,11 +61,11 @@ def test_recorded_heuristic_runs_never_beat_a_stored_optimum():
     for c in compared:
         ref = REFS.get((c["instance"], "period_ms"))
         if ref and ref["status"] == "optimal":
-            assert float(c["period_ms"]) >= ref["value"] * (1 - 1e-9), c
+            assert float(c["period_ms"]) >= ref["value"] * (1 - DIGITS), c
 
 
 @pytest.mark.parametrize("row", OPTIMAL[:12], ids=lambda r: r["instance"])
 @pytest.mark.parametrize("solver", ["single", "heft", "pipeline-dp"])
 def test_fresh_heuristic_runs_never_beat_a_stored_optimum(row, solver):
     r = pipeplan.solve(load_mapping(row["instance"]), solver, time_limit=30)
-    assert r.objectives["period_ms"] >= row["value"] * (1 - 1e-9)
+    assert r.objectives["period_ms"] >= row["value"] * (1 - DIGITS)

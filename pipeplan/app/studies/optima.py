@@ -104,12 +104,15 @@ def run_optima(names: list[str], out: Path, *, objective: str = "period", time_l
             progress(i, len(names), name)
         row = solve_optimum(name, objective, time_limit=time_limit, threads=threads)
         rows.append(row)
-        write_atomic(out / "optima.csv", csv_text(merge(read_optima(out / "optima.csv"), [row]), OPTIMA_COLUMNS), log=True)
-        if heuristics and objective == "period":
-            compared = heuristic_rows(name, row, time_limit=min(time_limit, 20.0))
+        merged = merge(read_optima(out / "optima.csv"), [row])
+        write_atomic(out / "optima.csv", csv_text(merged, OPTIMA_COLUMNS, float_format=".10g"), log=True)
+        if heuristics and objective == "period":      # against the tightest row known, this run's or not
+            stored = next(r for r in merged if r["instance"] == name and r["objective"] == row["objective"])
+            compared = heuristic_rows(name, stored, time_limit=min(time_limit, 20.0))
             table = [r for r in read_comparison(out / "optima_heuristics.csv") if r["instance"] != name] + compared
             table.sort(key=lambda r: (r["instance"], HEURISTICS.index(r["solver"])))
-            write_atomic(out / "optima_heuristics.csv", csv_text(table, HEURISTIC_COLUMNS), log=True)
+            write_atomic(out / "optima_heuristics.csv", csv_text(table, HEURISTIC_COLUMNS, float_format=".10g"),
+                         log=True)
         write_atomic(out / "optima.md", optima_markdown(read_optima(out / "optima.csv"),
                                                         read_comparison(out / "optima_heuristics.csv")), log=True)
     return rows
@@ -127,7 +130,10 @@ def optima_markdown(rows: list[dict], compared: list[dict]) -> str:
     text = [f"# Stored optima ({proven} of {len(rows)} proven)", "",
             "Written by `pipeplan optima` (results/mapping/optima.csv). `value` is the best plan's objective "
             "(the optimum when `status` is optimal), `bound` the best certified lower bound and the argument "
-            "behind it, `gap` = (value - bound) / value.", ""]
+            "behind it, `gap` = (value - bound) / value, `seconds` the time to the proof (or to the limit), warm "
+            "start and certified bounds included, the tie-break solve after it not. `optimal` with a gap of at "
+            "most 0.01% is a proof by the configuration search (times rounded down, so certified); a gap of 0 "
+            "an optimum in the model's whole microseconds.", ""]
     text += markdown_table(OPTIMA_COLUMNS, [[_cell(r.get(c)) for c in OPTIMA_COLUMNS] for r in rows])
     if compared:
         text += ["", "## Heuristics against the stored optimum (period)", "",

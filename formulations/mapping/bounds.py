@@ -351,19 +351,32 @@ def forced_placement(problem: MappingProblem, start: float, data: ProblemArrays 
     steps, so the bound does not depend on the machine's speed); None if it refutes nothing
     above ``start``."""
     d = data or ProblemArrays(problem)
-    lo = start
-    if not _refutes(d, lo):
+    lo = _largest_refuted(lambda period: _refutes(d, period), start)
+    return None if lo is None else Bound(lo, "forced-placement")
+
+
+def _largest_refuted(refuted, start: float, stop: float | None = None) -> float | None:
+    """The largest period a monotone test ``refuted`` refutes, from ``start`` (None when it
+    refutes ``start`` not) up to ``stop`` (returned when refuted; None: doubling until a period
+    survives), by bisection to a relative ``BISECTION_TOL``: a fixed number of tests."""
+    if not refuted(start):
         return None
-    hi = max(lo * 2, lo + 1e-3)
-    while _refutes(d, hi):
-        lo, hi = hi, hi * 2
+    lo = start
+    if stop is None:
+        hi = max(lo * 2, lo + 1e-3)
+        while refuted(hi):
+            lo, hi = hi, hi * 2
+    elif refuted(stop):
+        return stop
+    else:
+        hi = stop
     while hi - lo > BISECTION_TOL * hi:
         mid = (lo + hi) / 2
-        if _refutes(d, mid):
+        if refuted(mid):
             lo = mid
         else:
             hi = mid
-    return Bound(lo, "forced-placement")
+    return lo
 
 
 def identical_pus(problem: MappingProblem) -> list[tuple[int, int]]:
@@ -413,18 +426,8 @@ def configuration_bound(problem: MappingProblem, stages: tuple[int, ...], start:
     it refutes all), by bisection to a relative ``BISECTION_TOL``."""
     d = data or ProblemArrays(problem)
     cfg = np.asarray(stages)
-    if _propagate(d, start, cfg, latency) is not None:
-        return start
-    if _propagate(d, stop, cfg, latency) is None:
-        return stop
-    lo, hi = start, stop
-    while hi - lo > BISECTION_TOL * hi:
-        mid = (lo + hi) / 2
-        if _propagate(d, mid, cfg, latency) is None:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    lo = _largest_refuted(lambda period: _propagate(d, period, cfg, latency) is None, start, stop)
+    return start if lo is None else lo
 
 
 def configurations_bound(problem: MappingProblem, start: float, data: ProblemArrays | None = None,
@@ -443,18 +446,8 @@ def configurations_bound(problem: MappingProblem, start: float, data: ProblemArr
                 return False
         return True
 
-    if not all_refuted(lo):
-        return None
-    hi = max(lo * 2, lo + 1e-3)
-    while all_refuted(hi):
-        lo, hi = hi, hi * 2
-    while hi - lo > BISECTION_TOL * hi:
-        mid = (lo + hi) / 2
-        if all_refuted(mid):
-            lo = mid
-        else:
-            hi = mid
-    return Bound(lo, "stage-configurations" + (" (latency)" if latency else ""))
+    lo = _largest_refuted(all_refuted, lo)
+    return None if lo is None else Bound(lo, "stage-configurations" + (" (latency)" if latency else ""))
 
 
 def certified_bounds(problem: MappingProblem, work_limit: float = DEFAULT_WORK, *,

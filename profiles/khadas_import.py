@@ -29,6 +29,14 @@ Decisions (also written into each file's ``notes``):
   block times include their own tensor fill and read-back).
 * The output stage has no measured power: it is charged at the board power of the last block
   on the same PU and level. Transfer power: median of transfer_freq.csv's transfer_power.
+* ``transfers.csv`` was measured at the top frequencies. How a copy's time and power change with
+  frequency comes from transfer_freq.csv (one 14400-element kernel per sender/receiver pair and
+  level): it depends on the CPU that does the copy, the receiver (for the GPU, its host CPU), so
+  ``transfers.level_scaling`` holds, per pair, that CPU's level -> (time, power) relative to its
+  top level. Pairs it does not cover (G->L, anything with the NPU) keep their top-level figures.
+* The fitted parameters (switch costs, NPU re-entry and whole-graph share, static power and
+  concurrent power share) come from pipeplan.profiles.khadas_costmodel, run on the derived
+  evaluations.csv and switching_runs.csv.
 """
 from __future__ import annotations
 
@@ -39,6 +47,7 @@ from pathlib import Path
 
 from pipeplan.core.io import read_csv, write_atomic, write_json
 from pipeplan.formulations.mapping.profile import profile_from_dict
+from pipeplan.profiles.khadas_costmodel import fitted_documents, read_runs
 
 SOURCE = ("Khadas VIM3 (Amlogic A311D) measurements, public repository Ehsan-aghapour/CO-UP-Profiling "
           "at commit 22005a9d8742a71fb9e03e6e1484359984084a12 (Profiling/Data, "
@@ -176,7 +185,7 @@ def _freq_spec(raw: str, order: str) -> str | None:
 
 
 # Random layer-switching runs of YOLOv3 (one-frame time only, no energy, no pipelined period):
-# a different campaign from the whole-network evaluations, kept out of evaluations.csv.
+# a different campaign from the whole-network evaluations, written to switching_runs.csv.
 SWITCHING_RUNS = "serial_YOLOv3_switching.csv"
 
 
@@ -196,7 +205,41 @@ def _evaluations(src: Path) -> list[dict]:
             graph = "Google-parapipe" if pipelined_file and r["graph"] == "Google" else r["graph"]
             out.append({"instance": f"khadas-vim3/{graph}", "mapping": r["order"], "mode": mode,
                         "freq": freq, "measured_period_ms": period, "measured_latency_ms": latency,
-                        "measured_energy_mj": float(r["total_e"]), "source_file": path.name})
+                        "measured_energy_mj": float(r["total_e"]), "measured_power_mw": float(r["task_power"]),
+                        "source_file": path.name})
+    return out
+
+
+def _switching_runs(src: Path) -> list[dict]:
+    """The layer-switching runs: serial, one-frame time only (their energy was not recorded)."""
+    out = []
+    for r in _csv_dicts(src / "evaluations" / SWITCHING_RUNS):
+        freq = _freq_spec(r["freq"], r["order"])
+        if freq is not None:
+            out.append({"instance": f"khadas-vim3/{r['graph']}", "mapping": r["order"], "mode": "serial",
+                        "freq": freq, "measured_latency_ms": float(r["total_time"]), "source_file": SWITCHING_RUNS})
+    return out
+
+
+def _csv_text(rows: list[dict], title: str) -> str:
+    header = list(rows[0])
+    lines = [f"# {title}; " + SOURCE.split(";")[0], ",".join(header)]
+    lines += [",".join(f'"{r[h]}"' if "," in str(r[h]) else str(r[h]) for h in header) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
+    """transfer_freq.csv as "SRC->DST" -> copying CPU's level -> [time, power] against its top."""
+    by_pair: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+    for r in _csv_dicts(src / "transfer_freq.csv"):
+        order = r["order"]
+        level = str(ast.literal_eval(r["RecFreq"])[-1])     # the receiver's, or the GPU's host
+        by_pair[f"{order[0]}->{order[1]}"][level] = (float(r["time_ratio"]), float(r["power_ratio"]))
+    out = {}
+    for pair, levels in sorted(by_pair.items()):
+        top = levels[max(levels, key=int)]
+        out[pair] = {lv: [round(t / top[0], 6), round(p / top[1], 6)]
+                     for lv, (t, p) in sorted(levels.items(), key=lambda kv: int(kv[0]))}
     return out
 
 
@@ -225,15 +268,20 @@ def import_khadas(src: Path, repo: Path) -> list[Path]:
         incep[r["Graph"]].append(r)
     for g, name in PARAPIPE_GRAPHS.items():
         groups.append((name, incep[g], by_graph.get(g, {}), "Para-Pipe inception_blocks.csv (top DVFS level)"))
-    for name, rows, transfers, campaign in groups:
-        doc = _build_profile(name, rows, transfers, pair_medians, transfer_power, campaign)
+    docs = {name: _build_profile(name, rows, transfers, pair_medians, transfer_power, campaign)
+            for name, rows, transfers, campaign in groups}
+    scaling = _level_scaling(src)
+    for doc in docs.values():
+        doc["transfers"]["level_scaling"] = {k: v for k, v in scaling.items()
+                                             if all(p in doc["pus"] for p in k.split("->"))}
+    folder = repo / "instances" / "khadas-vim3"
+    written.append(write_atomic(folder / "evaluations.csv",
+                                _csv_text(_evaluations(src), "Measured whole-network runs on the Khadas VIM3")))
+    written.append(write_atomic(folder / "switching_runs.csv",
+                                _csv_text(_switching_runs(src), "Measured layer-switching runs of YOLOv3 "
+                                          "on the Khadas VIM3 (one-frame time)")))
+    docs = fitted_documents(docs, read_runs(folder / "evaluations.csv") + read_runs(folder / "switching_runs.csv"))
+    for name, doc in docs.items():
         written.append(write_json(repo / "profiles" / "data" / "khadas-vim3" / f"{name}.json", doc))
-        written.append(write_json(repo / "instances" / "khadas-vim3" / f"{name}.json",
-                                  _instance(name, len(doc["units"]))))
-    rows = _evaluations(src)
-    header = list(rows[0])
-    lines = ["# Measured whole-network runs on the Khadas VIM3; " + SOURCE.split(";")[0],
-             ",".join(header)]
-    lines += [",".join(f'"{r[h]}"' if "," in str(r[h]) else str(r[h]) for h in header) for r in rows]
-    written.append(write_atomic(repo / "instances" / "khadas-vim3" / "evaluations.csv", "\n".join(lines) + "\n"))
+        written.append(write_json(folder / f"{name}.json", _instance(name, len(doc["units"]))))
     return written

@@ -17,11 +17,33 @@ Rules, fitted to the whole-network measurements of the Khadas VIM3 board
   serves two stages (GPU in GGGGBBBBBBG) must fit the work of both into one period.
   **Serial** mode runs one frame at a time: period = latency.
 * **Latency** = sum of the stage times (one frame passes every stage once).
-* **Energy per frame**: with ``power_model = "board"`` every power figure is whole-board power
-  while that phase runs (INA260 on the Khadas), so energy = sum over phases of power x time
-  (input, each unit, each transfer, output). This is how the measured ``total_e`` is defined.
+* **Energy per frame** (``energy_mj``): with ``power_model = "board"`` every power figure is
+  whole-board power while that phase runs (INA260 on the Khadas), so energy = sum over phases
+  of power x time (input, each unit, each transfer, output). This is how the measured
+  ``total_e`` is defined, and the figure the Para-Pipe paper's tables use.
   With ``"per_pu"`` (roofline platforms) each PU's active power is charged over its busy time
   and its idle power over the rest of the period.
+* **Steady-state energy per inference** (``energy_ss_mj``): what a running pipeline draws per
+  inference. Every board-power figure is the static board power (``static_power_mw``: SoC on,
+  nothing running) plus that phase's dynamic power. In steady state the stages run at once: the
+  static power is paid once per period, and the phases' dynamic energy D = sum (P - P_static) x t
+  is spread over a period in which c = (sum of phase times) / period of them run at once.
+  Concurrent stages share DRAM bandwidth and the board's rails, so their dynamic powers do not
+  simply add: ``concurrent_power_share`` (gamma) is the share of each further concurrent stage's
+  dynamic power that shows on the board (1: they add; 0: the board draws one stage's worth):
+  E_ss = P_static x period + D x (1 + gamma (c - 1)) / c. A serial chain (c = 1) gets
+  ``energy_mj``. Inferences per joule = 1000 / E_ss. Without ``static_power_mw`` it equals
+  ``energy_mj``; with ``"per_pu"`` power too (that model already charges every PU over the
+  period).
+* **Switching** (fitted on the measured layer-switching runs, pipeplan.profiles.khadas_costmodel):
+  a transfer between two PUs costs the measured copy plus the pair's switch cost
+  (profile.SwitchCost, growing with the tensor's size); a copy's time and power scale with the
+  DVFS level of the CPU that does it (the receiver, or the GPU's host;
+  ``transfers.level_scaling``). A PU with a ``reentry`` factor (the NPU) that holds two or more
+  segments of the frame (runs of consecutive units in the instance's order) pays, on the first
+  unit of every segment, that factor times the unit's time: the NPU keeps one compiled graph
+  warm, and each further graph evicts it. A one-stage plan with every unit on a PU with a
+  ``whole_graph`` share runs as one compiled graph: every unit's time times that share.
 """
 from __future__ import annotations
 
@@ -45,13 +67,15 @@ class Evaluation:
     energy_mj: float
     throughput_fps: float
     stage_times_ms: list[float]
+    energy_ss_mj: float
     pu_busy_ms: dict[str, float]
     start_ms: dict[str, float] = field(default_factory=dict)   # unit -> start within its stage
     finish_ms: dict[str, float] = field(default_factory=dict)
     mode: str = "pipelined"
 
     def objectives(self) -> dict[str, float]:
-        return {"period_ms": self.period_ms, "latency_ms": self.latency_ms, "energy_mj": self.energy_mj}
+        return {"period_ms": self.period_ms, "latency_ms": self.latency_ms, "energy_mj": self.energy_mj,
+                "energy_ss_mj": self.energy_ss_mj}
 
     def to_dict(self, detail: bool = False) -> dict:
         d = asdict(self)
@@ -59,6 +83,39 @@ class Evaluation:
             d.pop("start_ms")
             d.pop("finish_ms")
         return d
+
+
+def segment_starts(problem: MappingProblem, plan: Plan, pu: str) -> list[str]:
+    """The units that start a run of consecutive units (in the instance's unit order) on ``pu``."""
+    place = plan.placement()
+    names = [u.name for u in problem.units]
+    return [u for i, u in enumerate(names) if place[u][1] == pu and (i == 0 or place[names[i - 1]][1] != pu)]
+
+
+def whole_graph_pu(problem: MappingProblem, plan: Plan) -> str | None:
+    """The PU that runs the whole network as one compiled graph in ``plan``, if any: a one-stage
+    plan with every unit on a PU that has a ``whole_graph`` share."""
+    pus = {pu for _, pu in plan.placement().values()}
+    if len(plan.stages) == 1 and len(pus) == 1:
+        pu = next(iter(pus))
+        return pu if pu in problem.profile.whole_graph else None
+    return None
+
+
+def time_factors(problem: MappingProblem, plan: Plan) -> dict[str, float]:
+    """unit -> factor on its profiled time, for the effects a per-unit profile cannot hold:
+    the whole network as one compiled graph (``Profile.whole_graph``), and the cold first unit
+    of every segment on a PU that holds two or more segments in the frame (``Profile.reentry``)."""
+    prof = problem.profile
+    pu = whole_graph_pu(problem, plan)
+    if pu is not None:
+        return {u.name: prof.whole_graph[pu] for u in problem.units}
+    out: dict[str, float] = {}
+    for pu, extra in prof.reentry.items():
+        starts = segment_starts(problem, plan, pu) if pu in prof.pus else []
+        if len(starts) >= 2:
+            out.update({u: 1.0 + extra for u in starts})
+    return out
 
 
 def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Evaluation:
@@ -76,11 +133,15 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Eval
     in_phase = prof.input_stage.get(in_pu, {}).get(level[first])
     out_phase = prof.output_stage.get(out_pu, {}).get(level[last])
 
+    factor = time_factors(problem, plan)
+
     def unit_time(u: str) -> float:
-        return prof.time(idx[u], place[u][1], level[u])
+        t = prof.time(idx[u], place[u][1], level[u])
+        return t * factor[u] if u in factor else t
 
     edge_bytes = {(e.src, e.dst): e.bytes for e in problem.edges}
     energy_uj = 0.0   # mW x ms
+    phases_ms = 0.0   # summed time of every phase (input, units, transfers, output)
     handoffs: set[tuple[str, str]] = set()  # (unit, destination PU): a tensor is sent once per PU
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
@@ -103,10 +164,11 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Eval
                 blocked = False
                 for e in problem.preds[u]:
                     src_stage, src_pu = place[e.src]
-                    xfer = prof.transfers.time_ms(e.src, src_pu, pu, edge_bytes[(e.src, e.dst)])
+                    xfer = prof.transfers.time_ms(e.src, src_pu, pu, edge_bytes[(e.src, e.dst)], level[u])
                     if xfer and (e.src, pu) not in handoffs:
                         handoffs.add((e.src, pu))
-                        energy_uj += xfer * prof.transfers.power_mw
+                        energy_uj += xfer * prof.transfers.power_mw * prof.transfers.scaling(src_pu, pu, level[u])[1]
+                        phases_ms += xfer
                     if src_stage < s:
                         ready = max(ready, xfer)
                     elif e.src in finish and e.src in members:
@@ -122,6 +184,7 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Eval
                 pu_free[pu] = finish[u]
                 busy[pu] += t
                 energy_uj += t * prof.power(idx[u], pu, level[u])
+                phases_ms += t
                 heads[pu] += 1
                 remaining -= 1
                 progressed = True
@@ -132,10 +195,10 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Eval
             makespan = max(makespan, finish[last] + out_phase.time_ms)
         stage_times.append(makespan)
 
-    if in_phase:
-        energy_uj += in_phase.time_ms * in_phase.power_mw
-    if out_phase:
-        energy_uj += out_phase.time_ms * out_phase.power_mw
+    for phase in (in_phase, out_phase):
+        if phase:
+            energy_uj += phase.time_ms * phase.power_mw
+            phases_ms += phase.time_ms
     latency = sum(stage_times)
     if plan.mode == "serial":
         period = latency
@@ -143,7 +206,14 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Eval
         period = max(max(stage_times), max(busy.values()))
     if prof.power_model == "per_pu":
         energy_uj += sum(p.idle_power_mw * max(0.0, period - busy[p.name]) for p in prof.pus.values())
+    steady_uj = energy_uj
+    if prof.power_model == "board" and prof.static_power_mw is not None and prof.has_power and period > 0:
+        dynamic = energy_uj - prof.static_power_mw * phases_ms
+        overlap = max(1.0, phases_ms / period)
+        steady_uj = (prof.static_power_mw * period
+                     + dynamic * (1 + prof.concurrent_power_share * (overlap - 1)) / overlap)
     return Evaluation(period_ms=period, latency_ms=latency, energy_mj=energy_uj / 1000.0,
+                      energy_ss_mj=steady_uj / 1000.0,
                       throughput_fps=1000.0 / period if period > 0 else float("inf"),
                       stage_times_ms=stage_times, pu_busy_ms={p: b for p, b in busy.items() if b > 0},
                       start_ms=start, finish_ms=finish, mode=plan.mode)

@@ -81,21 +81,61 @@ class AffineTransfer:
 
 
 @dataclass(frozen=True)
+class SwitchCost:
+    """What a switch between two PUs costs on top of the copy that ``transfers`` measures: a
+    fixed part (kernel or NPU-graph launch, buffer map/unmap, the driver's work on the host CPU)
+    and a part that grows with the tensor's size (layout and format conversion, e.g. quantising
+    for the NPU): ``per_size x size_ms ** exponent``. The size is ``size_ms``: the time the
+    board takes to read that tensor back from the GPU, a measured stand-in for its bytes.
+    Fitted by pipeplan.profiles.khadas_costmodel; zero where not fitted."""
+
+    fixed_ms: float = 0.0
+    per_size: float = 0.0
+    exponent: float = 1.0
+
+    def time_ms(self, size_ms: float) -> float:
+        return self.fixed_ms + self.per_size * size_ms ** self.exponent
+
+
+@dataclass(frozen=True)
 class Transfers:
     measured: dict[str, dict[str, float]] = field(default_factory=dict)
     pairs: dict[str, AffineTransfer] = field(default_factory=dict)
     default: AffineTransfer = AffineTransfer()
     power_mw: float = 0.0
+    switch: dict[str, SwitchCost] = field(default_factory=dict)     # "SRC->DST" -> switch cost
+    size_ms: dict[str, float] = field(default_factory=dict)         # unit -> size of its output
+    # "SRC->DST" -> level of the CPU that copies -> (time factor, power factor) against the top
+    # level. The copying CPU is the receiver, or for a two-part level ("gpu.host") its host.
+    level_scaling: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
 
-    def time_ms(self, unit: str, src_pu: str, dst_pu: str, nbytes: float | None) -> float:
-        """Time to hand the output of ``unit`` from ``src_pu`` to ``dst_pu`` (0 on one PU)."""
+    def time_ms(self, unit: str, src_pu: str, dst_pu: str, nbytes: float | None,
+                dst_level: str | None = None) -> float:
+        """Time to hand the output of ``unit`` from ``src_pu`` to ``dst_pu`` (0 on one PU): the
+        copy (measured at the top frequencies, or affine in bytes; scaled by the receiving
+        side's DVFS level ``dst_level``, None = top) plus the pair's switch cost."""
         if src_pu == dst_pu:
             return 0.0
+        copy = self.copy_ms(unit, src_pu, dst_pu, nbytes) * self.scaling(src_pu, dst_pu, dst_level)[0]
+        return copy + self.switch_ms(unit, src_pu, dst_pu)
+
+    def scaling(self, src_pu: str, dst_pu: str, dst_level: str | None) -> tuple[float, float]:
+        """(time, power) factors of a copy received at ``dst_level`` (1, 1 at the top level or
+        where not measured)."""
+        if dst_level is None or not self.level_scaling:
+            return 1.0, 1.0
+        return self.level_scaling.get(f"{src_pu}->{dst_pu}", {}).get(dst_level.split(".")[-1], (1.0, 1.0))
+
+    def copy_ms(self, unit: str, src_pu: str, dst_pu: str, nbytes: float | None) -> float:
         key = f"{src_pu}->{dst_pu}"
         measured = self.measured.get(unit, {}).get(key)
         if measured is not None:
             return measured
         return self.pairs.get(key, self.default).time_ms(nbytes)
+
+    def switch_ms(self, unit: str, src_pu: str, dst_pu: str) -> float:
+        cost = self.switch.get(f"{src_pu}->{dst_pu}") if src_pu != dst_pu else None
+        return cost.time_ms(self.size_ms.get(unit, 0.0)) if cost else 0.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +152,18 @@ class Profile:
     transfers: Transfers = Transfers()
     host_pu: str | None = None
     notes: str = ""
+    # Board power with the SoC powered but no stage running (mW), for steady-state energy
+    # (evaluator.py); None: unknown, steady-state energy then equals per-frame energy.
+    static_power_mw: float | None = None
+    # Share of a further concurrent stage's dynamic power that shows on the board (evaluator.py).
+    concurrent_power_share: float = 1.0
+    # PU -> extra time, as a multiple of its own time, of the first unit of each segment (run
+    # of consecutive units in the instance's unit order) on that PU, paid when the frame holds
+    # two or more segments there: the NPU keeps one compiled graph warm (evaluator.py).
+    reentry: dict[str, float] = field(default_factory=dict)
+    # PU -> time of the whole network run as one compiled graph on that PU, as a share of its
+    # blocks' summed times (the NPU compiles one graph when every block runs on it).
+    whole_graph: dict[str, float] = field(default_factory=dict)
 
     @property
     def unit_index(self) -> dict[str, int]:
@@ -167,6 +219,13 @@ class Profile:
         }
         if self.host_pu:
             out["host_pu"] = self.host_pu
+        if self.static_power_mw is not None:
+            out["static_power_mw"] = self.static_power_mw
+            out["concurrent_power_share"] = self.concurrent_power_share
+        if self.reentry:
+            out["reentry"] = self.reentry
+        if self.whole_graph:
+            out["whole_graph"] = self.whole_graph
         if self.notes:
             out["notes"] = self.notes
         out["pus"] = {p.name: {"kind": p.kind, "levels": list(p.levels),
@@ -187,6 +246,13 @@ class Profile:
             "default": {"fixed_ms": t.default.fixed_ms, "ms_per_mb": t.default.ms_per_mb},
             "power_mw": t.power_mw,
         }
+        if t.switch:
+            out["transfers"]["switch"] = {p: {"fixed_ms": c.fixed_ms, "per_size": c.per_size,
+                                              "exponent": c.exponent} for p, c in t.switch.items()}
+            out["transfers"]["size_ms"] = t.size_ms
+        if t.level_scaling:
+            out["transfers"]["level_scaling"] = {k: {lv: list(f) for lv, f in by.items()}
+                                                 for k, by in t.level_scaling.items()}
         return out
 
 
@@ -335,15 +401,77 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
                for k, v in r.obj(tr.get("pairs", {}), "transfers.pairs").items()},
         default=affine(tr.get("default", {}), "transfers.default"),
         power_mw=r.number(tr.get("power_mw", 0.0), "transfers.power_mw"),
+        switch=switch_costs(r, tr, pus),
+        size_ms={u: r.number(v, f"transfers.size_ms.{u}")
+                 for u, v in r.obj(tr.get("size_ms", {}), "transfers.size_ms").items()},
+        level_scaling=level_scaling(r, tr, pair_key),
     )
+    for u in transfers.size_ms:
+        if u not in units:
+            raise r.fail(f"transfers.size_ms.{u}", "unknown unit")
     host = doc.get("host_pu")
     if host is not None and host not in pus:
         raise r.fail("host_pu", f"unknown PU {host!r}")
+    static = doc.get("static_power_mw")
     return Profile(name=str(doc.get("name", Path(source).stem)), source=str(doc.get("source", "")),
                    power_model=power_model, pus=pus, units=tuple(units), time_ms=time_ms,
                    power_mw=power_mw, input_stage=phase_table("input_stage"),
                    output_stage=phase_table("output_stage"), transfers=transfers, host_pu=host,
-                   notes=str(doc.get("notes", "")))
+                   notes=str(doc.get("notes", "")),
+                   static_power_mw=None if static is None else r.number(static, "static_power_mw"),
+                   concurrent_power_share=share(r, doc.get("concurrent_power_share", 1.0)),
+                   reentry=per_pu_numbers(r, doc, "reentry", pus),
+                   whole_graph=per_pu_numbers(r, doc, "whole_graph", pus))
+
+
+def per_pu_numbers(r: Reader, doc: dict, key: str, pus: dict[str, PU]) -> dict[str, float]:
+    out = {}
+    for pu, value in r.obj(doc.get(key, {}), key).items():
+        if pu not in pus:
+            raise r.fail(f"{key}.{pu}", "PU not declared in pus")
+        out[pu] = r.number(value, f"{key}.{pu}")
+    if key == "whole_graph" and any(v == 0 for v in out.values()):
+        raise r.fail(key, "a share of 0 would make the whole network free")
+    return out
+
+
+def level_scaling(r: Reader, tr: dict, pair_key) -> dict[str, dict[str, tuple[float, float]]]:
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for key, by_level in r.obj(tr.get("level_scaling", {}), "transfers.level_scaling").items():
+        fld = f"transfers.level_scaling.{key}"
+        pair_key(key, fld)
+        out[key] = {}
+        for lv, factors in r.obj(by_level, fld).items():
+            if not isinstance(factors, list) or len(factors) != 2:
+                raise r.fail(f"{fld}.{lv}", "expected [time factor, power factor]")
+            tf, pf = (r.number(f, f"{fld}.{lv}") for f in factors)
+            if tf == 0:
+                raise r.fail(f"{fld}.{lv}", "a time factor of 0 would make the copy free")
+            out[key][lv] = (tf, pf)
+    return out
+
+
+def share(r: Reader, value: Any) -> float:
+    value = r.number(value, "concurrent_power_share")
+    if value > 1:
+        raise r.fail("concurrent_power_share", f"{value} is above 1 (a share of a stage's dynamic power)")
+    return value
+
+
+def switch_costs(r: Reader, tr: dict, pus: dict[str, PU]) -> dict[str, SwitchCost]:
+    out = {}
+    for key, spec in r.obj(tr.get("switch", {}), "transfers.switch").items():
+        fld = f"transfers.switch.{key}"
+        a, sep, b = key.partition("->")
+        if not sep or a not in pus or b not in pus or a == b:
+            raise r.fail(fld, "expected 'SRC->DST' with two declared PUs")
+        spec = r.obj(spec, fld)
+        out[key] = SwitchCost(fixed_ms=r.number(spec.get("fixed_ms", 0.0), f"{fld}.fixed_ms"),
+                             per_size=r.number(spec.get("per_size", 0.0), f"{fld}.per_size"),
+                             exponent=r.number(spec.get("exponent", 1.0), f"{fld}.exponent"))
+        if out[key].exponent > 4:
+            raise r.fail(f"{fld}.exponent", f"{out[key].exponent} is beyond 4 (no physical size law)")
+    return out
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -15,13 +15,11 @@ from pipeplan.instances.khadas_measured import measured_runs
 RUNS = measured_runs()
 TOL = 0.10
 
-# Whole network on the NPU: the board then runs one compiled NPU graph, which the per-block NPU
-# measurements (each block a separate NPU graph, 53 ms summed) cannot express (16 ms measured).
-FUSED_NPU = "whole network as one NPU graph: per-block NPU profiles do not add up to it"
 # Google/Alex were never profiled per block on the NPU.
 NO_NPU_PROFILE = "no per-block NPU measurements for this network"
-# NPU segments in the middle of a mapping need NPU<->CPU transfers, which were never measured.
-NPU_TRANSFERS = "needs unmeasured NPU<->CPU transfers"
+# The switch cost is charged to the receiving stage; in these measured pipelines the stage after
+# a CPU<->CPU or GPU->CPU switch ran 4-10 ms faster than that (part of it overlaps the sender).
+SWITCH_IN_PIPELINE = "switch cost charged to the receiving stage; the measured pipeline hides part of it"
 # Energy of sustained whole-network runs at the top frequencies of the big cluster and of the
 # Para-Pipe pipelined campaign sits 11-15% above the per-block power measurements (the
 # single-stage runs of the same campaign miss by as much, so no pipelining rule can explain it).
@@ -32,11 +30,8 @@ REPEAT_SPREAD = "repeat measurement of the same run differs by 8%"
 GPU_NPU_OVERLAP = "GPU->NPU pipeline overlaps the NPU launch with the GPU stage"
 
 KNOWN = {
-    ("MobileV1", "NNNNNNNNNNNNNN"): FUSED_NPU,
     ("Google", "NNNNNNNNNNN"): NO_NPU_PROFILE,
     ("Alex", "NNNNNNNN"): NO_NPU_PROFILE,
-    ("MobileV1", "BBLLLLLNNNBNNN"): NPU_TRANSFERS,
-    ("MobileV1", "GLLLLLLNNNBNNN"): NPU_TRANSFERS,
 }
 KNOWN_METRIC = {
     ("Google-parapipe", "GGGGBBBBBBG", "max", "energy"): CAMPAIGN_POWER,
@@ -50,6 +45,9 @@ KNOWN_METRIC = {
     ("MobileV1", "GGGGGGGGGGGGGG", "max", "latency"): REPEAT_SPREAD,
     ("MobileV1", "GGNNNNNNNNNNNN", "4.7,4.7,7,7,7,7,7,7,7,7,7,7,7,7", "period"): GPU_NPU_OVERLAP,
     ("MobileV1", "GGNNNNNNNNNNNN", "4.7,4.7,7,7,1,1,1,1,1,1,1,1,7,7", "period"): GPU_NPU_OVERLAP,
+    ("MobileV1", "BBLLLLLNNNBNNN", "7,7,5,5,5,5,5,7,2,7,7,7,7,7", "period"): SWITCH_IN_PIPELINE,
+    ("MobileV1", "GLLLLLLNNNBNNN", "4.7,5,5,5,5,5,5,7,2,7,7,7,7,7", "period"): SWITCH_IN_PIPELINE,
+    ("MobileV1", "GLLLLNNNNNNNNN", "4.7,5,5,5,5,7,2,3,2,3,2,5,7,7", "period"): SWITCH_IN_PIPELINE,
 }
 
 
@@ -92,15 +90,20 @@ def test_googlenet_pipelined_headline():
 
 def test_in_domain_fit_summary():
     """Median error over every in-domain run and metric stays small (the model is not
-    just inside 10% by luck on a few rows)."""
-    errors = []
+    just inside 10% by luck on a few rows), and the only misses beyond 10% are the listed ones."""
+    errors, misses = [], set()
     for run in RUNS:
-        if (run.instance.split("/")[-1], run.mapping) in KNOWN:
+        graph = run.instance.split("/")[-1]
+        if (graph, run.mapping) in KNOWN:
             continue
         ev = _predict(run)
-        errors += [abs(ev.period_ms / run.period_ms - 1), abs(ev.latency_ms / run.latency_ms - 1),
-                   abs(ev.energy_mj / run.energy_mj - 1)]
+        for metric, pred, meas in (("period", ev.period_ms, run.period_ms), ("latency", ev.latency_ms, run.latency_ms),
+                                   ("energy", ev.energy_mj, run.energy_mj)):
+            errors.append(abs(pred / meas - 1))
+            if errors[-1] > TOL:
+                misses.add((graph, run.mapping, run.freq, metric))
     errors.sort()
-    assert len(errors) >= 3 * 80
+    assert len(errors) >= 3 * 85
     assert errors[len(errors) // 2] < 0.04
-    assert sum(e <= TOL for e in errors) / len(errors) > 0.95
+    assert misses == set(KNOWN_METRIC)
+    assert len(misses) / len(errors) < 0.06

@@ -14,54 +14,44 @@ granularities:
 Units of the fused and modules graphs list their ONNX nodes in ``members``; deployment expands
 them (deploy/export.py).
 
-``a311d/inception_v1`` (GoogLeNet) is calibrated, at every granularity: each PU's times are
-scaled by one factor so that the whole network's time on that PU equals the sum of the
-measured Khadas VIM3 block times of GoogLeNet at the top DVFS level (instance
-khadas-vim3/Google-parapipe, the Para-Pipe campaign). PUs without a measurement (the NPU) keep
-the roofline estimate. The factor is fitted per granularity:
+``a311d/inception_v1`` (GoogLeNet) is calibrated per measured block, at every granularity
+(profiles/block_calibration.py, which explains the correspondence and cites the data): the
+Khadas VIM3 measured GoogLeNet as 11 blocks (instance khadas-vim3/Google-parapipe, the
+Para-Pipe campaign, top DVFS level), each a run of consecutive ONNX operators (conv1 | conv2 |
+Inception 3a | ... | 5b with the classifier); on L, B and G every unit is scaled by its block's
+factor, measured block time / roofline sum of the block's units, so each block's units sum to
+the block's measured time. The NPU has no GoogLeNet measurement and keeps the roofline.
 
-* the *fused* graph is fitted to the measured totals on its own: the board's times come from
-  ARM-CL (CPU, GPU) and the NPU driver, runtimes that fuse exactly these layers, so the fused
-  roofline is the model of what was measured and its factor is the efficiency correction;
-* *raw* keeps the factor fitted on the raw graph (so ``@raw`` is the instance as it was before
-  granularities existed, number for number), and *modules* gets the same factor: a block
-  costs the sum of its operators, so the modules graph has the raw graph's total on every PU
-  and fitting it on its own gives the raw factor (up to the rounding of the sums).
-
-The fused factor is the larger one (the fused estimate is lower: no intermediates, fewer
-launches), so a fused unit is not always cheaper than its operators in ``@raw`` here; on the
+A fused unit and a module lie inside one measured block (the correspondence raises otherwise),
+and each granularity is fitted on its own: the board's times come from runtimes (ARM-CL, the
+NPU driver) that fuse exactly the layers ``fused`` fuses, so the fused roofline is the model of
+what was measured and its factors are the efficiency correction; ``raw`` and ``modules`` get the
+same factors as each other (a module costs the sum of its operators, so both have the same sum
+per block). The fused estimate is lower (no intermediates, fewer launches), so its factors are
+larger and a fused unit is not always cheaper than its operators in ``@raw`` here; on the
 uncalibrated instances it always is.
 
-All three granularities therefore total the measured block sums on L, B and G; fusion changes
-how the time is distributed over units (no intermediates, fewer launches), not the total of
-the calibrated network.
+All three granularities therefore have the measured time of every block on L, B and G, and so
+its total; fusion changes how a block's time is distributed over its units, not the block's
+time. Before, one factor per PU fitted the whole network's total only, which put up to twice the
+measured time on a block (results/costmodel/block_calibration.md has the factors and residuals).
 """
 from __future__ import annotations
 
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.mapping.coarsen import coarsen
 from pipeplan.formulations.mapping.fuse import fuse
-from pipeplan.formulations.mapping.instance_io import load_problem_file
 from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
 from pipeplan.formulations.mapping.problem import MappingProblem, problem_from_graph
-from pipeplan.instances.paths import INSTANCES_DIR, PLATFORMS_DIR
-from pipeplan.profiles.roofline import calibrate, load_platform, roofline_profile
+from pipeplan.instances.paths import PLATFORMS_DIR
+from pipeplan.profiles.block_calibration import calibrate_operator_profile
+from pipeplan.profiles.roofline import load_platform, roofline_profile
 
-# operator-level instance -> the measured block-level instance of the same network
+# operator-level instance -> the measured block-level profile of the same network, calibrated per
+# block (pipeplan.profiles.block_calibration.MATCHES has the block correspondence)
 CALIBRATION = {("a311d", "inception_v1"): "khadas-vim3/Google-parapipe"}
 GRANULARITIES = ("fused", "raw", "modules")
 DEFAULT_GRANULARITY = "fused"
-
-
-def measured_totals(instance: str) -> dict[str, float]:
-    """Per PU: the sum of a measured instance's block times at the PU's top DVFS level."""
-    prof = load_problem_file(INSTANCES_DIR / f"{instance}.json").profile
-    out = {}
-    for name, pu in prof.pus.items():
-        times = prof.time_ms[name].get(pu.max_level, ())
-        if times and all(t is not None for t in times):
-            out[name] = sum(times)
-    return out
 
 
 def instance_name(platform: str, model: str, granularity: str = DEFAULT_GRANULARITY) -> str:
@@ -86,8 +76,7 @@ def operator_instance(platform: str, model: str, granularity: str = DEFAULT_GRAN
     units = fuse(g) if granularity == "fused" else coarsen(g, "modules") if granularity == "modules" else g
     profile = roofline_profile(units, plat, name=name)
     if (platform, model) in CALIBRATION:       # every granularity fitted on its own, see above
-        totals = measured_totals(CALIBRATION[(platform, model)])
-        profile = calibrate(profile, {p: t for p, t in totals.items() if p in profile.pus})
+        profile, _ = calibrate_operator_profile(g, units, profile, model, CALIBRATION[(platform, model)])
     source = f"{light_model_path(model)} + {PLATFORMS_DIR / f'{platform}.json'}"
     if granularity != "raw":
         source += f" ({granularity} graph)"

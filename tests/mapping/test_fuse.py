@@ -201,8 +201,12 @@ def test_raw_is_the_instance_as_it_was():
     direct = problem_from_graph(g, roofline_profile(g, load_platform(PLATFORMS_DIR / "a311d.json"),
                                                     name=p.name), p.name, p.source)
     assert direct.to_dict() == p.to_dict()
+    # calibrated per measured block since (profiles/block_calibration.py; the single factor of
+    # before gave 8.49898368885717, 0.9543577560047098, 0.595602643997687): the first three
+    # operators lie in block 0, whose factor on B is 1.64x the whole-network one; the NPU keeps
+    # the roofline, as before
     calibrated = load_mapping("a311d/inception_v1@raw").profile.time_ms
-    assert calibrated["B"]["max"][:3] == (8.49898368885717, 0.9543577560047098, 0.595602643997687)
+    assert calibrated["B"]["max"][:3] == (13.925692545766873, 1.5637272849710178, 0.9759024847443756)
     assert sum(calibrated["N"]["max"][i] for i in range(144) if calibrated["N"]["max"][i] is not None) \
         == pytest.approx(15.206569280000005, rel=1e-15)
 

@@ -32,8 +32,8 @@ percent (``cross_validation``).
 
 Steady-state energy (evaluator.py) has two parameters: the static board power, taken as the
 lowest board power ever measured with something running (an upper bound of it, not fitted),
-and ``concurrent_power_share``, fitted on the pipelined runs' measured energy per inference
-(board power while the pipeline runs x its measured period).
+and ``concurrent_power_share``, fitted on the pipelined runs' measured board power while the
+pipeline runs (energy per inference is that power x the period).
 
 Errors are reported cross-validated (k-fold over runs, leave one network out) by
 :func:`cross_validation`. Source of every number: the Khadas VIM3 measurements of public
@@ -229,9 +229,9 @@ def fit_whole_graph(profiles: dict[str, Profile], runs: list[Run]) -> float | No
 
 
 def fit_power_share(pairs: list[tuple[float, float, float]]) -> float | None:
-    """``concurrent_power_share`` from (measured steady-state mJ, predicted with share 0,
-    predicted with share 1) per pipelined run (the prediction is linear in the share): least
-    squares in relative error, kept within [0, 1]."""
+    """``concurrent_power_share`` from (measured board power, predicted with share 0, predicted
+    with share 1) per pipelined run (the prediction is linear in the share): least squares in
+    relative error, kept within [0, 1]."""
     rows = [(m, e0, e1) for m, e0, e1 in pairs if e1 != e0]
     if not rows:
         return None
@@ -274,19 +274,22 @@ def _samples(profiles: dict[str, Profile], runs: list[Run], sizes: dict[str, dic
 
 
 def _steady_pairs(profiles: dict[str, Profile], runs: list[Run],
-                  params: Parameters) -> list[tuple[Run, float, float, float]]:
-    """(run, measured steady-state mJ, predicted with share 0, predicted with share 1) per
-    pipelined run (the prediction is linear in the share)."""
+                  params: Parameters) -> list[tuple[Run, float, float, float, float]]:
+    """(run, measured board power W, predicted power with share 0, with share 1, predicted
+    period ms) per pipelined run. The share is fitted on power, not on energy per inference, so
+    that the period's own error (which the share cannot fix) does not leak into it; the
+    prediction is linear in the share."""
     out = []
     for run in runs:
         if run.steady_mj is None or run.network not in profiles:
             continue
         base = with_parameters(bare(profiles[run.network]), params, run.network)
-        e = []
+        power = []
         for share in (0.0, 1.0):
             prob = chain_problem(dataclasses.replace(base, concurrent_power_share=share))
-            e.append(evaluate(prob, plan_for(prob, run.mapping, run.mode, run.freq, source=run.source)).energy_ss_mj)
-        out.append((run, run.steady_mj, e[0], e[1]))
+            ev = evaluate(prob, plan_for(prob, run.mapping, run.mode, run.freq, source=run.source))
+            power.append(ev.energy_ss_mj / ev.period_ms)
+        out.append((run, run.steady_mj / run.period_ms, power[0], power[1], ev.period_ms))
     return out
 
 
@@ -297,7 +300,7 @@ def fitted_parameters(profiles: dict[str, Profile], runs: list[Run]) -> Paramete
     values = fit_switch(_samples(profiles, runs, sizes))
     params = Parameters(_switch_costs(values), values["reentry"], fit_whole_graph(profiles, runs), sizes,
                         round(lowest_board_power(profiles), 3), 1.0)
-    share = fit_power_share([p[1:] for p in _steady_pairs(profiles, runs, params)])
+    share = fit_power_share([p[1:4] for p in _steady_pairs(profiles, runs, params)])
     return dataclasses.replace(params, concurrent_power_share=1.0 if share is None else round(share, 6))
 
 
@@ -349,11 +352,12 @@ def cross_validation(profiles: dict[str, Profile], runs: list[Run], folds: int =
            for j, s in enumerate(samples)]
     params = fitted_parameters(profiles, runs)
     pairs = _steady_pairs(profiles, runs, params)
-    share = fit_power_share([p[1:] for p in pairs]) or 0.0
-    for i, (run, measured, e0, e1) in enumerate(pairs):
-        loo = fit_power_share([p[1:] for j, p in enumerate(pairs) if j != i]) or 0.0
-        others = [p[1:] for p in pairs if p[0].network != run.network]
+    share = fit_power_share([p[1:4] for p in pairs]) or 0.0
+    for i, (run, _, p0, p1, period) in enumerate(pairs):
+        loo = fit_power_share([p[1:4] for j, p in enumerate(pairs) if j != i]) or 0.0
+        others = [p[1:4] for p in pairs if p[0].network != run.network]
         lono = fit_power_share(others) if others else None
-        out.append(Check(run, "steady_energy", measured, e0 + share * (e1 - e0), e0 + loo * (e1 - e0),
-                         None if lono is None else e0 + lono * (e1 - e0)))
+        out.append(Check(run, "steady_energy", run.steady_mj, (p0 + share * (p1 - p0)) * period,
+                         (p0 + loo * (p1 - p0)) * period,
+                         None if lono is None else (p0 + lono * (p1 - p0)) * period))
     return out

@@ -366,6 +366,16 @@ def import_khadas_cmd(src: Path = typer.Option(Path("../shared/data/khadas-vim3"
         typer.echo(str(p))
 
 
+@app.command("costmodel")
+def costmodel_cmd(out: Path = typer.Option(Path("results/costmodel"), "--out",
+                                           help="folder of the report (README.md, runs.csv, plots)")):
+    """The cost model against every measured Khadas VIM3 run: parameters, cross-validated errors,
+    contention, and the runs it cannot express (from the committed files; a few seconds)."""
+    from pipeplan.app.studies.costmodel import write
+    for p in write(out):
+        typer.echo(str(p))
+
+
 @app.command("bench")
 def bench_cmd(suite: str = typer.Option("quick", "--suite", help=f"suite name ({listed('bench suites')}) or TOML file"),
               engine: str = typer.Option("local", "--engine", help="local processes or ray"),

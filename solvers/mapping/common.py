@@ -49,6 +49,9 @@ def transfer_times(problem: MappingProblem) -> np.ndarray:
             pa, _, pb = pair.partition("->")
             if pa != pb:
                 out[k, pus.index(pa), pus.index(pb)] = t
+    for pair in tr.switch:              # the switch cost on top of every copy (top levels)
+        pa, _, pb = pair.partition("->")
+        out[:, pus.index(pa), pus.index(pb)] += [tr.switch_ms(e.src, pa, pb) for e in problem.edges]
     return out
 
 

@@ -177,10 +177,14 @@ def sample(run: Run, problem: MappingProblem, size_ms: dict[str, float]) -> Samp
     kinds = {p: pu.kind for p, pu in prof.pus.items()}
     place = plan.placement()
     feats = dict.fromkeys(PARAMS, 0.0)
-    for src, dst in sorted({(e.src, place[e.dst][1]) for e in problem.edges}):
+    first_consumer: dict[tuple[str, str], str] = {}      # the tensor goes once per (unit, PU)
+    for e in problem.edges:
+        first_consumer.setdefault((e.src, place[e.dst][1]), e.dst)
+    for (src, dst), consumer in sorted(first_consumer.items()):
         cls = switch_class(kinds[place[src][1]], kinds[dst]) if place[src][1] != dst else None
-        if cls:
-            feats[cls] += size_ms[src]
+        if cls:     # CPU work, at the copying CPU's level (as Transfers.time_ms)
+            factor = prof.transfers.scaling(place[src][1], dst, plan.levels.get(consumer))[0]
+            feats[cls] += size_ms[src] * factor
     if NPU in prof.pus:
         starts = segment_starts(problem, plan, NPU)
         if len(starts) >= 2:

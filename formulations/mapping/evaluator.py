@@ -37,9 +37,9 @@ Rules, fitted to the whole-network measurements of the Khadas VIM3 board
   period).
 * **Switching** (fitted on the measured layer-switching runs, pipeplan.profiles.khadas_costmodel):
   a transfer between two PUs costs the measured copy plus the pair's switch cost
-  (profile.SwitchCost, growing with the tensor's size); a copy's time and power scale with the
-  DVFS level of the CPU that does it (the receiver, or the GPU's host;
-  ``transfers.level_scaling``). A PU with a ``reentry`` factor (the NPU) that holds two or more
+  (profile.SwitchCost, growing with the tensor's size); both are CPU work, so their time and
+  power scale with the DVFS level of the CPU that does it (the receiver, or the GPU's host;
+  ``transfers.level_scaling``, measured by transfer_freq.csv). A PU with a ``reentry`` factor (the NPU) that holds two or more
   segments of the frame (runs of consecutive units in the instance's order) pays, on the first
   unit of every segment, that factor times the unit's time: the NPU keeps one compiled graph
   warm, and each further graph evicts it. A one-stage plan with every unit on a PU with a

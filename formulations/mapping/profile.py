@@ -112,12 +112,13 @@ class Transfers:
     def time_ms(self, unit: str, src_pu: str, dst_pu: str, nbytes: float | None,
                 dst_level: str | None = None) -> float:
         """Time to hand the output of ``unit`` from ``src_pu`` to ``dst_pu`` (0 on one PU): the
-        copy (measured at the top frequencies, or affine in bytes; scaled by the receiving
-        side's DVFS level ``dst_level``, None = top) plus the pair's switch cost."""
+        copy (measured at the top frequencies, or affine in bytes) plus the pair's switch cost,
+        both CPU work, so both scaled by the copying CPU's DVFS level (``dst_level``, the
+        receiving unit's level; None = top)."""
         if src_pu == dst_pu:
             return 0.0
-        copy = self.copy_ms(unit, src_pu, dst_pu, nbytes) * self.scaling(src_pu, dst_pu, dst_level)[0]
-        return copy + self.switch_ms(unit, src_pu, dst_pu)
+        work = self.copy_ms(unit, src_pu, dst_pu, nbytes) + self.switch_ms(unit, src_pu, dst_pu)
+        return work * self.scaling(src_pu, dst_pu, dst_level)[0]
 
     def scaling(self, src_pu: str, dst_pu: str, dst_level: str | None) -> tuple[float, float]:
         """(time, power) factors of a copy received at ``dst_level`` (1, 1 at the top level or

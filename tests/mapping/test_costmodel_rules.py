@@ -109,8 +109,8 @@ def test_transfer_slows_with_the_receiving_cpus_level():
     top = tr.time_ms("b0", "B", "G", None, "4.7")
     low = tr.time_ms("b0", "B", "G", None, "4.0")
     assert low > top
-    assert low - tr.switch_ms("b0", "B", "G") == pytest.approx(tr.copy_ms("b0", "B", "G", None)
-                                                               * tr.level_scaling["B->G"]["0"][0])
+    assert low == pytest.approx((tr.copy_ms("b0", "B", "G", None) + tr.switch_ms("b0", "B", "G"))
+                                * tr.level_scaling["B->G"]["0"][0])
 
 
 @pytest.mark.parametrize("patch,field", [

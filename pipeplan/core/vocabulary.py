@@ -24,9 +24,9 @@ class Objective:
 MAPPING_OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("period", "period_ms", "ms", "min", "period (ms)"),
     Objective("latency", "latency_ms", "ms", "min", "latency (ms)"),
-    Objective("energy", "energy_mj", "mJ", "min", "energy per inference (mJ)"),
+    Objective("energy", "energy_mj", "mJ", "min", "energy/frame (mJ)"),
     # a running pipeline's energy per inference: static power once per period (evaluator.py)
-    Objective("energy_ss", "energy_ss_mj", "mJ", "min", "steady-state energy per inference (mJ)"),
+    Objective("energy_ss", "energy_ss_mj", "mJ", "min", "steady-state energy (mJ)"),
 )}
 MAPPING_AXES: tuple[str, ...] = tuple(MAPPING_OBJECTIVES)
 MappingAxis = Literal[MAPPING_AXES]     # a solver's ``objective`` parameter: one of these

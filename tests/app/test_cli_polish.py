@@ -164,4 +164,5 @@ def test_solve_out_says_energy_na_without_power_data(tmp_path):
     assert "energy n/a" in proc.stdout and "mJ" not in proc.stdout
     assert "energy_mj" in json.loads((tmp_path / "r.json").read_text())["objectives"]   # the JSON is unchanged
     with_power = run_cli("solve", GOOD / "diamond.json", "--solver", "heft", "--out", tmp_path / "r2.json")
-    assert with_power.returncode == 0 and re.search(r"energy \d+\.\d mJ", with_power.stdout), with_power.stdout
+    assert with_power.returncode == 0 and re.search(r"energy/frame \d+\.\d mJ, steady-state \d+\.\d mJ",
+                                                    with_power.stdout), with_power.stdout

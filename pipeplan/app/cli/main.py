@@ -54,6 +54,8 @@ SOLVERS_HELP = f"comma list of mapping solvers: {listed('mapping solvers')}"
 SEED_HELP = "seed of the solvers' random choices (same seed, same result)"
 THREADS_HELP = "threads of each exact solver (CP-SAT, MILP); the heuristics use one"
 AXES_HELP = ", ".join(MAPPING_AXES)
+ENERGY_HELP = "energy: per frame, as the board measures it; energy_ss: steady state of the running pipeline"
+DVFS_HELP = "also choose each unit's DVFS level (solvers that search levels: nsga2); otherwise every PU runs at its top level"
 BOUND_KEYS = ", ".join(MAPPING_KEYS.values())
 PARETO_SOLVERS = ("exact", "nsga2")
 
@@ -100,6 +102,31 @@ def solvers_cmd(params: bool = typer.Option(False, "--params", help="also list e
             typer.echo(f"{'':25s}takes: {', '.join(common) or '-'}; parameters: {', '.join(own) or 'none'}")
 
 
+def _check_objective(objective: str) -> None:
+    if objective not in MAPPING_AXES:
+        raise InputError("--objective", "", f"unknown objective {objective!r} ({AXES_HELP})")
+
+
+def _dvfs_params(names: list[str]) -> dict[str, dict]:
+    """solver -> ``{"dvfs": True}`` for each of ``names`` that searches DVFS levels; a one-line
+    error when none does (the others run at the top levels, as without ``--dvfs``)."""
+    from pipeplan.core.registry import get_solver, solvers
+    taking = {n: {"dvfs": True} for n in names if "dvfs" in get_solver("mapping", n).params}
+    if not taking:
+        able = ", ".join(s.name for s in solvers("mapping") if "dvfs" in s.params)
+        which = f"solver {names[0]} does not search" if len(names) == 1 else f"none of {', '.join(names)} searches"
+        raise InputError("--dvfs", "", f"{which} DVFS levels (solvers that do: {able})")
+    return taking
+
+
+def _energies(objectives: dict, has_power: bool) -> str:
+    """``energy/frame 579.6 mJ, steady-state 301.2 mJ`` (``n/a`` without power figures)."""
+    if not has_power:
+        return "energy n/a"
+    return (f"energy/frame {objectives.get('energy_mj', float('nan')):.1f} mJ, "
+            f"steady-state {objectives.get('energy_ss_mj', float('nan')):.1f} mJ")
+
+
 def _parse_bounds(items: list[str]) -> dict[str, float]:
     out = {}
     for item in items:
@@ -123,7 +150,9 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
               time_limit: Optional[float] = typer.Option(None, "--time-limit", help="seconds"),
               seed: int = typer.Option(0, "--seed", help=SEED_HELP),
               threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
-              objective: str = typer.Option("period", "--objective", help=f"objective to minimise: {AXES_HELP}"),
+              objective: str = typer.Option("period", "--objective",
+                                            help=f"objective to minimise: {AXES_HELP} ({ENERGY_HELP})"),
+              dvfs: bool = typer.Option(False, "--dvfs", help=DVFS_HELP),
               bound: list[str] = typer.Option([], "--bound", help="epsilon bound (exact solvers; repeatable), KEY=X "
                                               f"with KEY one of {BOUND_KEYS}, e.g. latency_ms=120"),
               pus: Optional[str] = typer.Option(None, "--pus", help="use only these PUs, e.g. B,G"),
@@ -136,16 +165,17 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
     from pipeplan.formulations.mapping.problem import restrict_pus
     from pipeplan.instances.catalog import load_mapping
 
-    if objective not in MAPPING_AXES:
-        raise InputError("--objective", "", f"unknown objective {objective!r} ({', '.join(MAPPING_AXES)})")
+    _check_objective(objective)
     info = get_solver("mapping", solver)  # unknown names fail before any work
+    extra = _dvfs_params([solver])[solver] if dvfs else {}
     bounds = _parse_bounds(bound)
     if bounds and not info.exact:
         raise InputError("--bound", "", f"solver {solver} is a heuristic and takes no bounds (use cpsat or milp)")
     problem = load_mapping(instance)
     if pus:
         problem = restrict_pus(problem, tuple(p.strip() for p in pus.split(",") if p.strip()))
-    extra = {"bounds": bounds} if bounds else {}
+    if bounds:
+        extra["bounds"] = bounds
     if shared_pus:
         extra["shared_pus"] = True
     result = pipeplan.solve(problem, solver, time_limit=time_limit, seed=seed, threads=threads,
@@ -156,25 +186,28 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
     if out:
         write_atomic(out, text)
         o = result.objectives
-        energy = f"{o.get('energy_mj', float('nan')):.1f} mJ" if problem.profile.has_power else "n/a"
         key = MAPPING_KEYS[objective]
         gap = ""
         if info.exact and result.quality.value != "proven_optimal" and result.gap is not None:
             gap = f", gap {result.gap:.1%} to the certified bound ({result.bound_source.get(key, 'bound')})"
         typer.echo(f"{result.solver}: {result.termination.value}/{result.quality.value} period "
                    f"{o.get('period_ms', float('nan')):.2f} ms, latency {o.get('latency_ms', float('nan')):.2f} ms, "
-                   f"energy {energy}{gap} -> {out}")
+                   f"{_energies(o, problem.profile.has_power)}{gap} -> {out}")
     else:
         typer.echo(text, nl=False)
     if result.termination.value == "error":
         raise typer.Exit(1)
 
 
-def _solver_list(text: str) -> list[str]:
+def _solver_list(text: str, objective: str = "period") -> list[str]:
+    """The mapping solvers of a comma list, each able to minimise ``objective``."""
     from pipeplan.core.registry import get_solver
     names = [s.strip() for s in text.split(",") if s.strip()]
     for n in names:
-        get_solver("mapping", n)
+        choices = get_solver("mapping", n).params["objective"].choices
+        if choices and objective not in choices:
+            raise InputError("--objective", "", f"solver {n} minimises only {', '.join(choices)}, not {objective} "
+                                                "(leave it out of --solvers)")
     if not names:
         raise InputError("--solvers", "", "no solver names")
     return names
@@ -186,23 +219,30 @@ def compare_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
                 time_limit: float = typer.Option(30.0, "--time-limit", help="seconds per solver"),
                 threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
                 seed: int = typer.Option(0, "--seed", help=SEED_HELP),
+                objective: str = typer.Option("period", "--objective",
+                                              help=f"objective every solver minimises: {AXES_HELP} ({ENERGY_HELP})"),
+                dvfs: bool = typer.Option(False, "--dvfs", help=DVFS_HELP + " (the other solvers run at the top levels)"),
                 out: Optional[Path] = typer.Option(None, "--out", help="folder (default results/compare/<instance>)")):
-    """Run several solvers on one instance: table (period, latency, energy, gap, time, status) + Pareto plot."""
+    """Run several solvers on one instance: table (period, latency, energy per frame and steady
+    state, gap, time, status) + Pareto plot."""
     from pipeplan.app.studies.mapping import compare, slug
     from pipeplan.instances.catalog import load_mapping
 
     check_limits(time_limit, threads)
-    names = _solver_list(solvers)
+    _check_objective(objective)
+    names = _solver_list(solvers, objective)
+    params = _dvfs_params(names) if dvfs else {}
     problem = load_mapping(instance)
     folder = out or Path("results") / "compare" / slug(problem.name)
     with staged_folder(folder) as stage, _progress(f"compare {problem.name}") as progress:
-        md = compare(problem, names, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress)
+        md = compare(problem, names, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress,
+                     objective=objective, params=params)
     typer.echo(md + f"\nwritten: {folder}/compare.md, compare.csv, pareto.png")
 
 
 @app.command("pareto")
 def pareto_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
-               x: str = typer.Option("period", "--x", help=f"objective on the x axis: {AXES_HELP}"),
+               x: str = typer.Option("period", "--x", help=f"objective on the x axis: {AXES_HELP} ({ENERGY_HELP})"),
                y: str = typer.Option("latency", "--y", help=f"objective on the y axis: {AXES_HELP} (other than --x)"),
                solver: str = typer.Option("exact", "--solver", help="exact (epsilon-constraint sweep over CP-SAT, "
                                           "points proven) or nsga2 (NSGA-II front, for operator graphs too large "
@@ -210,6 +250,8 @@ def pareto_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
                time_limit: float = typer.Option(60.0, "--time-limit", help="seconds for the whole sweep (or NSGA-II run)"),
                threads: int = typer.Option(2, "--threads", help="threads of CP-SAT in the exact sweep (NSGA-II uses one)"),
                seed: int = typer.Option(0, "--seed", help=SEED_HELP),
+               dvfs: bool = typer.Option(False, "--dvfs", help="NSGA-II also chooses each unit's DVFS level "
+                                                               "(with --solver nsga2)"),
                out: Optional[Path] = typer.Option(None, "--out", help="folder (default results/pareto/<instance>)")):
     """Pareto front of two objectives (CSV + PNG): exact by an epsilon-constraint sweep, or NSGA-II's."""
     from pipeplan.app.studies.mapping import pareto, slug
@@ -222,12 +264,14 @@ def pareto_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
         raise InputError("--y", "", "must differ from --x")
     if solver not in PARETO_SOLVERS:
         raise InputError("--solver", "", f"unknown front solver {solver!r} ({', '.join(PARETO_SOLVERS)})")
+    if dvfs and solver != "nsga2":
+        raise InputError("--dvfs", "", f"the {solver} front does not search DVFS levels (use --solver nsga2)")
     check_limits(time_limit, threads)
     problem = load_mapping(instance)
     folder = out or Path("results") / "pareto" / slug(problem.name)
     with staged_folder(folder) as stage, _progress(f"pareto {problem.name}") as progress:
         front = pareto(problem, x, y, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress,
-                       solver=solver)
+                       solver=solver, dvfs=dvfs)
     kx, ky = MAPPING_KEYS[x], MAPPING_KEYS[y]
     for p in front["points"]:
         typer.echo(f"{kx}={p['objectives'][kx]:.3f}  {ky}={p['objectives'][ky]:.3f}  proven={p['proven']}")
@@ -260,6 +304,34 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out", help="f
     typer.echo(md)
 
 
+@app.command("energy-efficiency")
+def energy_efficiency_cmd(out: Path = typer.Option(Path("results/mapping"), "--out",
+                                                   help="folder of energy_efficiency.md, .csv and _plans.csv"),
+                          instances: Optional[str] = typer.Option(None, "--instances",
+                                                                  help="comma list (default: the Para-Pipe GoogLeNet "
+                                                                       "and Inception block instances)"),
+                          time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per CP-SAT solve"),
+                          threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
+                          seed: int = typer.Option(0, "--seed", help=SEED_HELP)):
+    """Para-Pipe's comparison: energy efficiency of the throughput-optimal hierarchical plan against
+    pure pipelining and non-pipelined parallel execution, per frame and in steady state."""
+    from pipeplan.app.studies.energy_efficiency import INSTANCES, PAPER_NOTE, energy_efficiency, gains_lines
+    from pipeplan.instances.catalog import load_mapping
+
+    check_limits(time_limit, threads)
+    chosen = [s.strip() for s in instances.split(",") if s.strip()] if instances else INSTANCES
+    for inst in chosen:
+        load_mapping(inst)
+    for file in ("energy_efficiency.md", "energy_efficiency.csv", "energy_efficiency_plans.csv"):
+        check_output(out / file)
+    command = "pipeplan energy-efficiency " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "pipeplan energy-efficiency"
+    with _progress("energy-efficiency") as progress:
+        table = energy_efficiency(chosen, out, time_limit=time_limit, threads=threads, seed=seed,
+                                  command=command.strip(), progress=progress)
+    typer.echo("\n".join([PAPER_NOTE, "", *gains_lines(table), "",
+                          f"written: {out}/energy_efficiency.md, energy_efficiency.csv, energy_efficiency_plans.csv"]))
+
+
 @app.command("optima")
 def optima_cmd(instances: str = typer.Option("a311d/*,bst/*", "--instances",
                                              help="comma list of instance names or shell-style patterns over the "
@@ -277,8 +349,7 @@ def optima_cmd(instances: str = typer.Option("a311d/*,bst/*", "--instances",
     from pipeplan.instances.catalog import load_mapping, mapping_instance_names, operator_granularity_names
 
     check_limits(time_limit, threads)
-    if objective not in MAPPING_AXES:
-        raise InputError("--objective", "", f"unknown objective {objective!r} (one of {', '.join(MAPPING_AXES)})")
+    _check_objective(objective)
     known = list(dict.fromkeys(mapping_instance_names() + operator_granularity_names()))
     names: list[str] = []
     for item in (s.strip() for s in instances.split(",") if s.strip()):
@@ -308,7 +379,8 @@ def evaluate_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
                  mode: str = typer.Option("pipelined", "--mode", help="pipelined or serial"),
                  freq: str = typer.Option("max", "--freq", help="max, min, or one level per unit: L1,L2,..."),
                  detail: bool = typer.Option(False, "--detail", help="also print unit start/finish times")):
-    """Score a mapping with the cost model: period, latency, energy per inference."""
+    """Score a mapping with the cost model: period, latency, energy per frame (energy_mj) and
+    steady-state energy per inference (energy_ss_mj)."""
     from pipeplan.formulations.mapping.scoring import evaluate_batch, evaluate_one
     from pipeplan.instances.catalog import load_mapping
 

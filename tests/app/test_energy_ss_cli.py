@@ -1,0 +1,104 @@
+"""Both energy objectives and ``--dvfs`` on the command line (in process, for speed): solve,
+compare and pareto take ``energy_ss`` and ``--dvfs`` where a solver can honour them and refuse
+them in one line (exit 2) where none can; evaluate prints both energies; the energy-efficiency
+comparison writes both definitions with the paper's figures beside ours."""
+import csv
+import json
+
+import pytest
+
+from pipeplan.app.cli.main import main
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.plan import plan_from_dict
+from pipeplan.instances.catalog import load_mapping
+
+
+def cli(capsys, *args):
+    """(exit status, stdout, stderr) of ``pipeplan ARGS`` run in this process."""
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["solve", "khadas-vim3/Alex", "--solver", "heft", "--dvfs"], "--dvfs: solver heft does not search DVFS levels"),
+    (["solve", "khadas-vim3/Alex", "--solver", "nsga2", "--objective", "energy-ss"], "unknown objective 'energy-ss'"),
+    (["compare", "khadas-vim3/Alex", "--solvers", "single,cpsat", "--dvfs"], "none of single, cpsat searches"),
+    (["compare", "khadas-vim3/Alex", "--solvers", "pipeline-dp", "--objective", "energy_ss"],
+     "pipeline-dp minimises only period"),
+    (["pareto", "khadas-vim3/Alex", "--x", "period", "--y", "energy_ss", "--dvfs"], "use --solver nsga2"),
+    (["energy-efficiency", "--instances", "khadas-vim3/Nope"], "khadas-vim3/Nope"),
+])
+def test_bad_objective_or_dvfs_is_one_line_exit_2(capsys, tmp_path, args, needle):
+    code, out, err = cli(capsys, *args, *(["--out", tmp_path / "o"] if args[0] != "solve" else []))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_solve_steady_state_energy_with_dvfs(capsys, tmp_path):
+    code, out, err = cli(capsys, "solve", "khadas-vim3/Alex", "--solver", "nsga2", "--objective", "energy_ss",
+                         "--dvfs", "--out", tmp_path / "r.json")
+    assert code == 0, err
+    assert "energy/frame" in out and "steady-state" in out
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["params"]["objective"] == "energy_ss" and result["params"]["dvfs"] is True
+    problem = load_mapping("khadas-vim3/Alex")
+    plan = plan_from_dict(result["plan"])
+    assert evaluate(problem, plan).objectives() == result["objectives"]
+    assert plan.levels            # some unit below its top level (what the levels buy: test_nsga2_dvfs.py)
+
+
+def test_evaluate_prints_both_energies(capsys):
+    code, out, _ = cli(capsys, "evaluate", "khadas-vim3/Google-parapipe", "--mapping", "GGGGBBBBBBG")
+    doc = json.loads(out)
+    assert code == 0 and 0 < doc["energy_ss_mj"] < doc["energy_mj"]   # two stages at once: static power shared
+
+
+def test_compare_shows_both_energies_and_marks_the_dvfs_run(capsys, tmp_path):
+    code, out, err = cli(capsys, "compare", "khadas-vim3/Alex", "--solvers", "single,nsga2", "--dvfs",
+                         "--objective", "energy", "--time-limit", "10", "--out", tmp_path / "c")
+    assert code == 0, err
+    assert "| energy/frame (mJ) | steady-state energy (mJ) |" in out and "| nsga2 (dvfs) |" in out
+    rows = list(csv.DictReader((tmp_path / "c" / "compare.csv").open()))
+    assert {"energy_mj", "energy_ss_mj"} <= rows[0].keys()
+    by = {r["solver"]: r for r in rows}
+    assert float(by["nsga2 (dvfs)"]["energy_mj"]) < float(by["single"]["energy_mj"])
+    assert by["nsga2 (dvfs)"]["gap"] == ""        # a DVFS plan has no gap to a top-level bound
+
+
+def test_energy_efficiency_both_definitions_with_the_papers_figures(capsys, tmp_path):
+    code, out, err = cli(capsys, "energy-efficiency", "--instances", "khadas-vim3/Google-parapipe",
+                         "--time-limit", "20", "--out", tmp_path)
+    assert code == 0, err
+    assert "+11.0%" in out and "+23.3%" in out
+    gains = {(g["source"], g["definition"]): g for g in csv.DictReader((tmp_path / "energy_efficiency.csv").open())}
+    assert set(gains) == {(s, d) for s in ("model", "measured", "model, measured plans")
+                          for d in ("per_frame", "steady_state")}
+    for source in ("model", "measured"):   # the paper's sign in steady state, not per frame
+        assert float(gains[source, "steady_state"]["gain_vs_non_pipelined"]) > 0
+        assert float(gains[source, "per_frame"]["gain_vs_non_pipelined"]) < 0
+    assert float(gains["model", "steady_state"]["paper_gain_vs_pipelined"]) == pytest.approx(0.11)
+    plans = list(csv.DictReader((tmp_path / "energy_efficiency_plans.csv").open()))
+    problem = load_mapping("khadas-vim3/Google-parapipe")
+    measured = next(p for p in plans if p["source"] == "measured" and p["plan"] == "hierarchical")
+    assert measured["mapping"] == "GGGGBBBBBBG (pipelined)"
+    for p in plans:
+        assert float(p["inf_per_j_steady_state"]) == pytest.approx(1000 / float(p["energy_ss_mj"]), rel=1e-5)
+    md = (tmp_path / "energy_efficiency.md").read_text()
+    assert "Which definition reproduces the paper's sign" in md and "reported by the paper" in md
+    assert problem.name in md
+
+
+def test_bench_summary_holds_every_mapping_objective():
+    from pipeplan.app.report import summary_csv
+
+    record = {"system": "mapping", "instance": "khadas-vim3/Alex", "solver": "heft", "seed": 0,
+              "termination": "completed", "quality": "feasible", "gap": None, "wall_time_s": 0.1, "message": "",
+              "objectives": {"period_ms": 1.0, "latency_ms": 2.0, "energy_mj": 3.0, "energy_ss_mj": 4.0}}
+    row = next(csv.DictReader(summary_csv([record]).splitlines()))
+    assert {row[f"objective_{i}"]: float(row[f"value_{i}"]) for i in range(1, 5)} == record["objectives"]

@@ -153,7 +153,7 @@ NOTES = """## Which definition reproduces the paper's sign, and why
 time the frame's phases run, however many frames run at once: a pipeline, which adds transfers
 and puts blocks on PUs that are not the most efficient for them, costs more per frame, and its
 shorter period earns nothing. In a running pipeline the static power is paid once per period:
-the throughput-optimal plan, whose period is {ratio} of the non-pipelined plan's here, pays that
+the throughput-optimal plan, whose period is {ratio} the non-pipelined plan's here, pays that
 share of the static energy per inference. The board's own runs of GoogLeNet show the same: per
 frame the pipelined GGGGBBBBBBG used more energy than the whole network on the GPU, in steady
 state less.

@@ -1,8 +1,11 @@
 """Certified lower bounds of the mapping problem, each named by the argument that proves it.
 
 Every bound holds for every plan the evaluator accepts with disjoint or shared PU sets (a
-bound that needs disjoint sets says so), every PU at any DVFS level (times at the top level,
-the fastest; energies at each unit's cheapest level). Two families:
+bound that needs disjoint sets says so), every unit at any DVFS level (times and energies at
+each unit's fastest or cheapest level, copies at the receiver's fastest). The evaluator's rules
+beyond per-unit times: re-entry only adds time (the bounds ignore it and stay valid); a
+whole-graph plan runs its units below their profiled times, so every bound is capped by the
+least value a whole-graph plan can have (:func:`whole_graph_bounds`). Two families:
 
 Analytic, instant (:func:`lower_bounds`, used by every result's gap):
 
@@ -14,7 +17,10 @@ Analytic, instant (:func:`lower_bounds`, used by every result's gap):
   cheapest output phase (transfers counted as 0); latency >= any period bound
   (the stage times sum to the latency, and a PU's work lies inside the stages it serves);
 * ``cheapest-energy``: energy >= every unit at its cheapest (PU, level), plus the cheapest input
-  and output phases (transfers and idle power counted as 0).
+  and output phases (transfers and idle power counted as 0);
+* steady-state energy (board power with a static power): E_ss >= P_s x (period bound) +
+  min(gamma D, D) for D the least dynamic energy per frame (:func:`_steady_bound`); elsewhere it
+  equals the per-frame energy and so its bound.
 
 Optimisation arguments (:func:`certified_bounds`, bounded by work, not by the clock, so a bound
 is the same on any machine load; for the exact solvers):
@@ -67,11 +73,12 @@ class Bound:
 
 
 def fastest_times(problem: MappingProblem) -> list[float]:
+    """Each unit's least time on any PU at any DVFS level (the top level is not always the
+    fastest: on the Khadas GPU some lower host levels are a little faster)."""
     prof = problem.profile
     out = []
     for i in range(len(problem.units)):
-        times = [prof.time(i, p.name, p.max_level) for p in prof.pus.values()]
-        out.append(min(t for t in times if t is not None))
+        out.append(min(t for p in prof.pus for ts in prof.time_ms[p].values() if (t := ts[i]) is not None))
     return out
 
 
@@ -85,8 +92,53 @@ def _phase_energy_min(table, pus) -> float:
     return min((ph.time_ms * ph.power_mw for p in pus for ph in table.get(p, {}).values()), default=0.0)
 
 
+def whole_graph_bounds(problem: MappingProblem) -> dict[str, float]:
+    """Lower bounds (objective key -> value) of the plans that run the whole network as one
+    compiled graph (``Profile.whole_graph``: one stage, every unit on that PU at share r of its
+    time; evaluator.whole_graph_pu), inf where there is none. Their units take less than their
+    profiled time, so every other bound here, which counts profiled times, must be capped by
+    these. One stage: period = latency, and the steady-state energy is the per-frame energy."""
+    prof = problem.profile
+    n = len(problem.units)
+    time, energy = math.inf, math.inf
+    for p, r in prof.whole_graph.items():
+        levels = [[lv for lv, ts in prof.time_ms[p].items() if ts[i] is not None] for i in range(n)]
+        if not all(levels):
+            continue
+
+        def cost(i: int, lv: str) -> tuple[float, float]:
+            """(time, uJ) of unit i at level lv, with the phase it carries as the first/last unit."""
+            t = r * prof.time(i, p, lv)
+            e = t * prof.power(i, p, lv)
+            for table, end in ((prof.input_stage, 0), (prof.output_stage, n - 1)):
+                if i == end and (ph := table.get(p, {}).get(lv)):
+                    t, e = t + ph.time_ms, e + ph.time_ms * ph.power_mw
+            return t, e
+        time = min(time, sum(min(cost(i, lv)[0] for lv in levels[i]) for i in range(n)))
+        energy = min(energy, sum(min(cost(i, lv)[1] for lv in levels[i]) for i in range(n)) / 1000.0)
+    return {"period_ms": time, "latency_ms": time, "energy_mj": energy, "energy_ss_mj": energy}
+
+
+def _capped(problem: MappingProblem, found: dict[str, list[Bound]]) -> dict[str, list[Bound]]:
+    """Every bound capped by the whole-graph plans' bound (:func:`whole_graph_bounds`)."""
+    whole = whole_graph_bounds(problem)
+    return {key: [b if b.value <= whole[key] else Bound(whole[key], f"{b.source}, capped by the whole-graph plan")
+                  for b in bounds] for key, bounds in found.items()}
+
+
+def _steady_bound(problem: MappingProblem, period: float, energy_uj_dynamic: float | None) -> float | None:
+    """A lower bound (mJ) of the steady-state energy from a period bound and a bound D_lb of the
+    dynamic energy per frame (uJ): E_ss = P_s P + D (gamma + (1 - gamma) / c) with c >= 1, so
+    E_ss >= P_s P + min(gamma D_lb, D_lb). None without a bound on D."""
+    prof = problem.profile
+    if energy_uj_dynamic is None:
+        return None
+    gamma = prof.concurrent_power_share
+    return (prof.static_power_mw * period + min(gamma * energy_uj_dynamic, energy_uj_dynamic)) / 1000.0
+
+
 def analytic_bounds(problem: MappingProblem) -> dict[str, list[Bound]]:
-    """Every analytic bound per objective key (period_ms, latency_ms, energy_mj)."""
+    """Every analytic bound per objective key (period_ms, latency_ms, energy_mj, energy_ss_mj)."""
     prof = problem.profile
     fast = fastest_times(problem)
     pus = list(prof.pus)
@@ -108,7 +160,31 @@ def analytic_bounds(problem: MappingProblem) -> dict[str, list[Bound]]:
                          if (t := ts[i]) is not None)
     energy_uj += _phase_energy_min(prof.input_stage, pus) + _phase_energy_min(prof.output_stage, pus)
     energy = [Bound(energy_uj / 1000.0, "cheapest-energy")]
-    return {"period_ms": period, "latency_ms": latency, "energy_mj": energy}
+    steady = energy
+    if prof.power_model == "board" and prof.static_power_mw is not None and prof.has_power:
+        value = _steady_bound(problem, best(period).value, _dynamic_min(problem))
+        steady = [Bound(value, "static power x period + dynamic energy")] if value is not None else []
+    return _capped(problem, {"period_ms": period, "latency_ms": latency, "energy_mj": energy,
+                             "energy_ss_mj": list(steady)})
+
+
+def _dynamic_min(problem: MappingProblem) -> float | None:
+    """A lower bound (uJ) of the dynamic energy per frame, sum over phases of (power - P_s) x
+    time: every unit and phase at its least, transfers at 0 when copies draw at least P_s
+    (None when one may draw less: its time is not bounded here)."""
+    prof = problem.profile
+    static = prof.static_power_mw
+    tr = prof.transfers
+    factors = [f[1] for by in tr.level_scaling.values() for f in by.values()] + [1.0]
+    if tr.power_mw * min(factors) < static:
+        return None
+    pus = list(prof.pus)
+    total = sum(min(t * (prof.power(i, p, lv) - static) for p in pus for lv, ts in prof.time_ms[p].items()
+                    if (t := ts[i]) is not None) for i in range(len(problem.units)))
+    for table in (prof.input_stage, prof.output_stage):
+        total += min((ph.time_ms * (ph.power_mw - static) for p in pus for ph in table.get(p, {}).values()),
+                     default=0.0)
+    return total
 
 
 def best(bounds: list[Bound]) -> Bound:
@@ -120,7 +196,7 @@ def best_analytic(problem: MappingProblem) -> dict[str, Bound]:
     found = analytic_bounds(problem)
     period = best(found["period_ms"])
     found["latency_ms"].append(Bound(period.value, f"period ({period.source})"))
-    return {key: best(bounds) for key, bounds in found.items()}
+    return {key: best(bounds) for key, bounds in found.items() if bounds}
 
 
 def lower_bounds(problem: MappingProblem) -> dict[str, float]:
@@ -132,8 +208,9 @@ def lower_bounds(problem: MappingProblem) -> dict[str, float]:
 
 
 class ProblemArrays:
-    """Dense arrays of one problem at every PU's top level: ``t[u, p]`` (inf where p cannot run
-    u), per edge the transfer matrix ``x[e, a, b]``, input/output phases per PU; and the
+    """Dense arrays of one problem, each entry its least over the DVFS levels: ``t[u, p]`` (inf
+    where p cannot run u), per edge the transfer matrix ``x[e, a, b]`` (the copy received at any
+    level), input/output phases per PU; and the
     forced-placement tests' work so far (``visits``: unit and edge visits) against ``budget``.
     Past the budget a test answers "not refuted", which keeps every bound valid and makes it
     the same on any machine (work, not time, decides where it stops)."""
@@ -145,15 +222,15 @@ class ProblemArrays:
         n, k = len(problem.units), len(self.pus)
         self.t = np.full((n, k), np.inf)
         for j, p in enumerate(self.pus):
-            for i, v in enumerate(prof.time_ms[p][prof.pus[p].max_level]):
-                if v is not None:
-                    self.t[i, j] = v
+            for times in prof.time_ms[p].values():
+                for i, v in enumerate(times):
+                    if v is not None:
+                        self.t[i, j] = min(self.t[i, j], v)
         self.edges = [(problem.index[e.src], problem.index[e.dst]) for e in problem.edges]
         self.x = _transfer_matrix(problem, self.pus)
-        top = {p: prof.pus[p].max_level for p in self.pus}
 
         def phase(table) -> np.ndarray:
-            return np.array([ph.time_ms if (ph := table.get(p, {}).get(top[p])) else 0.0 for p in self.pus])
+            return np.array([min((ph.time_ms for ph in table.get(p, {}).values()), default=0.0) for p in self.pus])
         self.t_in, self.t_out = phase(prof.input_stage), phase(prof.output_stage)
         self.preds: list[list[int]] = [[] for _ in range(n)]
         self.succs: list[list[int]] = [[] for _ in range(n)]
@@ -169,7 +246,7 @@ def _transfer_matrix(problem: MappingProblem, pus: list[str]) -> np.ndarray:
         for a, pa in enumerate(pus):
             for b, pb in enumerate(pus):
                 if a != b:
-                    out[k, a, b] = tr.time_ms(e.src, pa, pb, e.bytes)
+                    out[k, a, b] = min(tr.time_ms(e.src, pa, pb, e.bytes, lv) for lv in problem.profile.pus[pb].levels)
     return out
 
 
@@ -454,8 +531,9 @@ def certified_bounds(problem: MappingProblem, work_limit: float = DEFAULT_WORK, 
                      disjoint_pus: bool = True) -> dict[str, list[Bound]]:
     """Analytic bounds plus the optimisation arguments (the load-balancing model within
     ``work_limit`` deterministic seconds, the forced-placement tests within ``work_limit`` x
-    ``VISITS_PER_WORK`` visits), per objective key; the latency inherits the best period bound.
-    The forced-placement arguments hold for plans with disjoint PU sets only."""
+    ``VISITS_PER_WORK`` visits), per objective key; the latency inherits the best period bound,
+    the steady-state energy the best period bound too. The forced-placement arguments hold for
+    plans with disjoint PU sets only. Every bound is capped by the whole-graph plans'."""
     found = analytic_bounds(problem)
     d = ProblemArrays(problem, budget=work_limit * VISITS_PER_WORK)
     found["period_ms"] += load_balance(problem, work_limit, d)
@@ -470,4 +548,9 @@ def certified_bounds(problem: MappingProblem, work_limit: float = DEFAULT_WORK, 
         lifted = configurations_bound(problem, best(found["latency_ms"]).value, data=d, latency=True)
         if lifted:
             found["latency_ms"].append(lifted)
-    return found
+    prof = problem.profile
+    if prof.power_model == "board" and prof.static_power_mw is not None and prof.has_power:
+        value = _steady_bound(problem, top.value, _dynamic_min(problem))
+        if value is not None:
+            found["energy_ss_mj"].append(Bound(value, f"static power x period ({top.source}) + dynamic energy"))
+    return _capped(problem, found)

@@ -6,9 +6,12 @@ never decrease along edges and the unit that reads the input (the first unit) is
 stage; stages are numbered without gaps; PU sets of stages are disjoint unless
 ``shared_pus``; on each PU the units of a stage run in any order that respects precedence.
 Every candidate is scored by the one evaluator. Exponential: meant for <= 6 units, <= 3 PUs.
+With ``dvfs`` every plan is also taken at every combination of its units' DVFS levels (each
+unit at any level of its PU where it has a time): meant for <= 5 units and 2-3 levels per PU.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Iterator
 
@@ -29,7 +32,23 @@ def _linear_extensions(units: list[str], preds: dict[str, set[str]]) -> Iterator
                 yield (u,) + tail
 
 
-def all_plans(problem: MappingProblem, *, shared_pus: bool = False, max_stages: int | None = None) -> Iterator[Plan]:
+def all_plans(problem: MappingProblem, *, shared_pus: bool = False, max_stages: int | None = None,
+              dvfs: bool = False) -> Iterator[Plan]:
+    """Every plan (module docstring); with ``dvfs`` at every combination of levels."""
+    for plan in _plans(problem, shared_pus=shared_pus, max_stages=max_stages):
+        if not dvfs:
+            yield plan
+            continue
+        place = plan.placement()
+        names = [u.name for u in problem.units]
+        prof = problem.profile
+        choices = [[lv for lv in prof.pus[place[u][1]].levels if prof.time(problem.index[u], place[u][1], lv) is not None]
+                   for u in names]
+        for levels in itertools.product(*choices):
+            yield dataclasses.replace(plan, levels=dict(zip(names, levels)))
+
+
+def _plans(problem: MappingProblem, *, shared_pus: bool, max_stages: int | None) -> Iterator[Plan]:
     names = [u.name for u in problem.units]
     pus = list(problem.pu_names)
     prof = problem.profile

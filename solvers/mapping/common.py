@@ -92,3 +92,16 @@ def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective
     return SolveResult("mapping", problem.name, solver, termination, quality, objectives=objectives,
                        bound=bound, bound_source=bound_source, gap=gap, params={"objective": objective, **(params or {})},
                        plan=plan_dict, message=message, stopped_by=stopped_by)
+
+
+def as_objective(result: SolveResult, objective: str, tie_break: str | None = None) -> SolveResult:
+    """``result``, solved for ``energy`` on a profile where ``energy_ss`` equals it (no static
+    power, or per-PU power), reported for ``objective`` (and ``tie_break``) as asked."""
+    result.params["objective"] = objective
+    if "tie_break" in result.params:
+        result.params["tie_break"] = tie_break
+    if objective == "energy_ss":
+        for table in (result.bound, result.bound_source):
+            if table and "energy_mj" in table:
+                table["energy_ss_mj"] = table.pop("energy_mj")
+    return result

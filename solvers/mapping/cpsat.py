@@ -36,7 +36,7 @@ from pipeplan.formulations.mapping.bounds import DEFAULT_WORK, Bound, best_analy
 from pipeplan.formulations.mapping.bounds import best as best_bound
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit
-from pipeplan.solvers.mapping.common import scored_result, search_deadline
+from pipeplan.solvers.mapping.common import as_objective, scored_result, search_deadline
 from pipeplan.solvers.mapping.cpsat_model import to_model
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
 
@@ -77,17 +77,38 @@ def lexicographic(model: MappingCpModel, objective: str, *, deadline: Deadline, 
           description="CP-SAT: stages, PU sets, placement and intra-stage schedule, proven optimal")
 def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: MappingAxis = "period",
                 bounds: dict | None = None, shared_pus: bool = False, max_stages: int | None = None,
-                tie_break: str | None = "default", work_limit: float | None = None):
+                tie_break: str | None = "default", work_limit: float | None = None, dvfs: bool = False):
+    """``dvfs``: choose every unit's DVFS level too (chains; otherwise every PU runs at its top
+    level). Chains with DVFS, a re-entry or whole-graph rule, or the steady-state energy go to
+    the chain models (``chain_search.py``); operator graphs to the models below."""
     check_work_limit(work_limit)
-    search = search_deadline(time_limit, problem)
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r}")
+    if not isinstance(dvfs, bool):
+        raise ValueError(f"dvfs must be true or false, got {dvfs!r}")
     tie_break = TIE_BREAK[objective] if tie_break == "default" else tie_break
     if tie_break is not None and (tie_break not in AXES or tie_break == objective):
         raise ValueError(f"tie_break must be another objective among {', '.join(AXES)}, or None")
     for axis in bounds or {}:
-        if axis.split("_")[0] not in AXES:
-            raise ValueError(f"unknown bound {axis!r} (use period_ms, latency_ms, energy_mj)")
+        if axis not in AXES.values():
+            raise ValueError(f"unknown bound {axis!r} (use {', '.join(AXES.values())})")
+    from pipeplan.solvers.mapping.chain_search import chain_route, plain_bounds, plain_objective, solve_chain
+    if chain_route(problem, objective, dvfs, tie_break):
+        if shared_pus:
+            raise ValueError("shared PU sets are not modelled with DVFS levels, re-entry, whole-graph or "
+                             "steady-state energy (chains use disjoint PU sets)")
+        params = {"objective": objective, "bounds": bounds or {}, "shared_pus": False, "max_stages": max_stages,
+                  "tie_break": tie_break, "work_limit": work_limit}
+        return solve_chain(problem, "cpsat", backend="cpsat", objective=objective, bounds=bounds,
+                           tie_break=tie_break, dvfs=dvfs, max_stages=max_stages, time_limit=time_limit,
+                           threads=threads, seed=seed, work_limit=work_limit, warm_start=warm_start, params=params)
+    if "energy_ss" in (objective, tie_break) or "energy_ss_mj" in (bounds or {}):   # equal to energy here
+        return as_objective(solve_cpsat(
+            problem, time_limit=time_limit, seed=seed, threads=threads, warm_start=warm_start,
+            objective=plain_objective(problem, objective), bounds=plain_bounds(problem, bounds),
+            shared_pus=shared_pus, max_stages=max_stages, work_limit=work_limit,
+            tie_break=tie_break and plain_objective(problem, tie_break)), objective, tie_break)
+    search = search_deadline(time_limit, problem)
     left = search.remaining()
     start_plan = warm_start or best_heuristic_plan(problem, objective, Deadline(None if left is None else left / 2))
     key = AXES[objective]

@@ -31,13 +31,26 @@ STEP_MIN_S = 20.0   # but at least this (when left): unproven steps leave time f
 
 def exact_front(problem: MappingProblem, x: str = "period", y: str = "latency", *, time_limit: float = 60.0,
                 threads: int = 1, seed: int = 0, max_points: int = 200, progress=None,
-                work_limit: float | None = None) -> dict:
+                work_limit: float | None = None, dvfs: bool = False) -> dict:
     """Returns {"points": [{"objectives", "plan", "proven"}...] sorted by x, "complete": bool,
     "wall_time_s", "work", "stopped_by"}. ``complete`` is False when the sweep ran out of time,
     work or points, in which case the front found so far is returned (every listed point still
-    proven where marked); ``stopped_by``: "work", "time" or None (complete, or out of points)."""
+    proven where marked); ``stopped_by``: "work", "time" or None (complete, or out of points).
+    ``dvfs``: every unit's DVFS level is chosen too. Chains with DVFS, a re-entry or whole-graph
+    rule, or the steady-state energy on an axis are swept over the chain models
+    (``chain_search.chain_front``)."""
     if x == y or x not in AXES or y not in AXES:
         raise ValueError(f"need two different axes among {', '.join(AXES)}")
+    from pipeplan.solvers.mapping.chain_search import chain_front, chain_route, plain_objective
+    if chain_route(problem, x, dvfs, y):
+        return chain_front(problem, x, y, dvfs=dvfs, time_limit=time_limit, threads=threads, seed=seed,
+                           max_points=max_points, progress=progress, work_limit=work_limit)
+    if "energy_ss" in (x, y):      # equal to the per-frame energy on this profile
+        front = exact_front(problem, plain_objective(problem, x), plain_objective(problem, y), time_limit=time_limit,
+                            threads=threads, seed=seed, max_points=max_points, progress=progress,
+                            work_limit=work_limit)
+        front["axes"] = [x, y]
+        return front
     if not problem.is_chain and "energy" not in (x, y):
         return _front_by_configurations(problem, x, y, time_limit=time_limit, threads=threads, seed=seed,
                                         max_points=max_points, progress=progress, work_limit=work_limit)

@@ -20,7 +20,7 @@ from pipeplan.core.vocabulary import MappingAxis
 from pipeplan.formulations.mapping.bounds import DEFAULT_WORK, Bound, certified_bounds
 from pipeplan.formulations.mapping.bounds import best as best_bound
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.solvers.mapping.common import objective_key, scored_result, search_deadline
+from pipeplan.solvers.mapping.common import as_objective, objective_key, scored_result, search_deadline
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
 
 
@@ -28,29 +28,45 @@ from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
           description="MILP (PuLP; HiGHS, else CBC): stages, PU sets, placement and schedule, proven optimal")
 def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, objective: MappingAxis = "period",
                bounds: dict | None = None, max_stages: int | None = None, backend: Literal["highs", "cbc"] = "highs",
-               shared_pus: Literal[False] = False, node_limit: int | None = None) -> SolveResult:
+               shared_pus: Literal[False] = False, node_limit: int | None = None, dvfs: bool = False) -> SolveResult:
     """Minimise ``objective`` under the epsilon ``bounds`` ({"latency_ms": ..., ...}), then its
     tie-break with the primary held at its optimum. ``warm_start``: a Plan to start from (the
     default is a cold start, so the MILP stays an independent check of cpsat). When the time
     limit passes before the MILP holds a solution, the warm start, or else the best heuristic
     plan (made first, in at most half the time), is returned as the run's best plan (status
     time_limit). ``time_limit`` (s) covers the heuristics, building the model and both solves,
-    less the final scoring's share."""
+    less the final scoring's share. ``dvfs``: choose every unit's DVFS level too (chains).
+    Chains with DVFS, a re-entry or whole-graph rule, or the steady-state energy go to the chain
+    MILPs (``chain_search.py``, ``milp_chain.py``; there ``node_limit`` does not apply)."""
     import pulp
 
     from pipeplan.solvers.mapping.milp_model import TIE_SLACK, MappingMilp, run_milp
     from pipeplan.solvers.pulp_backend import check_node_limit, pick_backend
 
     check_node_limit(node_limit)
-    search = search_deadline(time_limit, problem)
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r} (choose from {', '.join(AXES)})")
     if shared_pus:
         raise ValueError("the MILP models disjoint PU sets only (cpsat handles shared PUs)")
+    if not isinstance(dvfs, bool):
+        raise ValueError(f"dvfs must be true or false, got {dvfs!r}")
     axis_of = {key: axis for axis, key in AXES.items()}
     for key in bounds or {}:
         if key not in axis_of:
             raise ValueError(f"unknown bound {key!r} (use {', '.join(AXES.values())})")
+    from pipeplan.solvers.mapping.chain_search import chain_route, plain_bounds, plain_objective, solve_chain
+    if chain_route(problem, objective, dvfs, TIE_BREAK[objective]):
+        params = {"backend": pick_backend(backend), "objective": objective, "bounds": dict(bounds or {}),
+                  "max_stages": max_stages, "node_limit": node_limit}
+        return solve_chain(problem, "milp", backend=params["backend"], objective=objective, bounds=bounds,
+                           tie_break=TIE_BREAK[objective], dvfs=dvfs, max_stages=max_stages, time_limit=time_limit,
+                           threads=threads, seed=seed, work_limit=None, warm_start=warm_start, params=params)
+    if objective == "energy_ss" or "energy_ss_mj" in (bounds or {}):      # equal to energy here
+        return as_objective(solve_milp(
+            problem, time_limit=time_limit, seed=seed, threads=threads, warm_start=warm_start,
+            objective=plain_objective(problem, objective), bounds=plain_bounds(problem, bounds),
+            max_stages=max_stages, backend=backend, node_limit=node_limit), objective)
+    search = search_deadline(time_limit, problem)
     backend = pick_backend(backend)
     params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": max_stages,
               "node_limit": node_limit, "nodes": 0}

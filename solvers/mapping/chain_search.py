@@ -1,0 +1,447 @@
+"""Exact search on chains: the variants of ``chain_options.py``, each a linear model
+(``cpsat_chain.py`` or ``milp_chain.py``), minimised one after another, and the steady-state
+energy by a branch and bound over the average power.
+
+**Linear objectives** (period, latency, energy per frame) under caps: each variant is solved with
+the objective capped at the best plan so far; the optimum is the least over the variants (they
+partition the plan space and each scores its plans exactly, ``chain_options``), the certified
+bound the least of the variants' bounds. A tie-break objective then gets the same treatment
+with the primary capped at its optimum.
+
+**Steady-state energy** (``energy_ss``). On a chain the summed phase time is the latency L, so
+with P the period, E the energy per frame and rho = E / L the plan's average power,
+
+    E_ss = P_s P + gamma (E - P_s L) + (1 - gamma) P (rho - P_s),
+
+a product of the period and the average power. For plans whose rho lies in [r1, r2],
+
+    E_ss >= (P_s + (1 - gamma) (r1 - P_s)) P + gamma E - gamma P_s L =: lin_r1,
+
+which is linear, and the window r1 L <= E <= r2 L is linear too. So the search keeps intervals of
+rho per variant (at first [least, largest] power of any phase: every rho lies there), and
+repeatedly takes the interval with the least lower bound, minimises lin over its plans (capped
+below the incumbent), and either closes it (no plan below the incumbent, or its bound reaches
+the incumbent) or splits it at the rho of the plan found (where lin equals E_ss: Dinkelbach's
+update) or, when that lies at an end, in the middle. Every plan of the variant lies in some open
+interval or in a closed one whose bound is at least the incumbent, so the least open bound is a
+certified lower bound of E_ss, and the search is proven when it reaches the incumbent within
+``SS_GAP`` (the scaled weights of CP-SAT's integer objective lose up to ~1e-6 of the bound).
+There is no tie-break after it: E_ss held at its optimum is not a linear constraint.
+
+Every plan is checked with the evaluator: a plan counts only when it meets every cap (a
+model's caps are relaxed by its rounding slack; a plan beyond a cap by more than ``CAP_TOL`` is
+sought again under caps tightened by that slack).
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from dataclasses import dataclass, field
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.formulations.mapping.evaluator import Evaluation, evaluate
+from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.solvers.cpsat_backend import MIN_WORK
+from pipeplan.solvers.mapping.chain_options import MONOTONE, Variant, check_chain, power_range, steady_kappa, variants
+
+SS_GAP = 1e-5       # relative gap at which the steady-state energy search is proven
+STEADY_KIND = "share"
+CAP_TOL = 1e-9      # relative excess over a cap that a plan may show (float noise)
+AXIS_SCALE = {"period": 1.0, "latency": 1.0, "energy": 1000.0, "energy_ss": 1000.0}   # result unit -> ms / uJ
+KEYS = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj", "energy_ss": "energy_ss_mj"}
+
+
+def steady(problem: MappingProblem) -> bool:
+    """Whether ``energy_ss`` differs from ``energy`` (evaluator: board power with a static power)."""
+    prof = problem.profile
+    return prof.power_model == "board" and prof.static_power_mw is not None and prof.has_power
+
+
+def value(ev: Evaluation, axis: str) -> float:
+    """``axis`` of an evaluation in the chain models' units (ms, uJ)."""
+    return getattr(ev, KEYS[axis]) * AXIS_SCALE[axis]
+
+
+@dataclass
+class ChainAnswer:
+    plan: Plan | None = None
+    value: float = math.inf            # evaluator value of the objective, ms / uJ
+    lower: float = -math.inf           # certified lower bound, ms / uJ
+    proven: bool = False
+    work: float = 0.0
+    solves: int = 0
+    stopped_by: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class ChainProgram:
+    """The variants of one chain problem, each with its model (built on first use; the steady-
+    state energy's models per dominance threshold kappa), and the limits every solve shares:
+    ``deadline`` and ``work_limit`` (deterministic seconds, CP-SAT). ``backend``: "cpsat", or
+    the MILP's "highs" or "cbc"."""
+
+    def __init__(self, problem: MappingProblem, *, backend: str, dvfs: bool, deadline: Deadline,
+                 max_stages: int | None = None, threads: int = 1, seed: int = 0, work_limit: float | None = None):
+        check_chain(problem)
+        self.problem, self.backend, self.dvfs, self.max_stages = problem, backend, dvfs, max_stages
+        self.deadline, self.threads, self.seed, self.work_limit = deadline, threads, seed, work_limit
+        self._variants: dict[float | None, list[Variant]] = {}
+        self.models: dict[tuple, object] = {}
+        self.work, self.solves = 0.0, 0
+
+    def variants(self, kappa: float | None = MONOTONE) -> list[Variant]:
+        if kappa not in self._variants:
+            self._variants[kappa] = variants(self.problem, self.dvfs, kappa)
+        return self._variants[kappa]
+
+    def model(self, k: int, kappa: float | None = MONOTONE):
+        if (k, kappa) not in self.models:
+            variant = self.variants(kappa)[k]
+            if self.backend == "cpsat":
+                from pipeplan.solvers.mapping.cpsat_chain import CpChainModel
+                model = CpChainModel(self.problem, variant, dvfs=self.dvfs, max_stages=self.max_stages,
+                                     deadline=self.deadline)
+            else:
+                from pipeplan.solvers.mapping.milp_chain import MilpChainModel
+                model = MilpChainModel(self.problem, variant, dvfs=self.dvfs, max_stages=self.max_stages,
+                                       deadline=self.deadline, backend=self.backend)
+            self.models[(k, kappa)] = model
+        return self.models[(k, kappa)]
+
+    def out_of_limits(self) -> str | None:
+        if self.deadline.expired():
+            return "time"
+        if self.work_limit is not None and self.work_limit - self.work < MIN_WORK:
+            return "work"
+        return None
+
+    def run(self, k: int, weights: dict[str, float], kappa: float | None = MONOTONE, **kw):
+        model = self.model(k, kappa)
+        self.deadline.check()
+        left = None if self.work_limit is None else self.work_limit - self.work
+        res = model.solve(weights, time_limit=self.deadline.remaining(floor=0.05), work_limit=left,
+                          threads=self.threads, seed=self.seed, **kw)
+        self.work += res.work
+        self.solves += 1
+        return res
+
+
+def meets(ev: Evaluation, caps: dict[str, float]) -> bool:
+    return all(value(ev, axis) <= cap * (1 + CAP_TOL) + 1e-9 for axis, cap in caps.items())
+
+
+def minimize(program: ChainProgram, objective: str, caps: dict[str, float], incumbent: Plan | None,
+             tie_break: str | None = None) -> ChainAnswer:
+    """Minimise ``objective`` (an axis; ``energy_ss`` by the search of the module docstring)
+    under ``caps`` (axis -> ms / uJ), from ``incumbent`` (a plan, used when it meets the caps),
+    then ``tie_break`` with the primary held at its optimum (linear primaries only)."""
+    out = ChainAnswer()
+    problem = program.problem
+    if incumbent is not None:
+        ev = evaluate(problem, incumbent)
+        if meets(ev, caps):
+            out.plan, out.value = incumbent, value(ev, objective)
+    try:
+        if objective == "energy_ss":
+            _steady(program, caps, out, STEADY_KIND)
+        else:
+            _linear(program, objective, caps, out)
+        if out.proven and tie_break and out.plan is not None and objective != "energy_ss":
+            held = {**caps, objective: min(caps.get(objective, math.inf), out.value)}
+            second = ChainAnswer(plan=out.plan, value=value(evaluate(problem, out.plan), tie_break))
+            if tie_break == "energy_ss":
+                _steady(program, held, second)
+            else:
+                _linear(program, tie_break, held, second)
+            if second.plan is not out.plan:
+                old, new = evaluate(problem, out.plan), evaluate(problem, second.plan)
+                if value(new, objective) <= out.value * (1 + CAP_TOL) and value(new, tie_break) < value(old, tie_break):
+                    out.plan = second.plan
+                    out.value = min(out.value, value(new, objective))
+            if not second.proven:
+                out.notes.append("tie-break not proven")
+    except OutOfTime:
+        out.stopped_by = out.stopped_by or "time"
+    out.work, out.solves = program.work, program.solves
+    if not out.proven and out.stopped_by is None:
+        out.stopped_by = program.out_of_limits() or "time"
+    return out
+
+
+def _consider(program: ChainProgram, plan: Plan | None, objective: str, caps: dict, out: ChainAnswer) -> bool:
+    """Take ``plan`` as the incumbent when it meets the caps and improves; False when it breaks a
+    cap (the model's rounding slack)."""
+    if plan is None:
+        return True
+    ev = evaluate(program.problem, plan)
+    if not meets(ev, caps):
+        return False
+    if value(ev, objective) < out.value:
+        out.plan, out.value = plan, value(ev, objective)
+    return True
+
+
+def _linear(program: ChainProgram, axis: str, caps: dict, out: ChainAnswer) -> None:
+    lowers, closed = [], True
+    for k in range(len(program.variants())):
+        if (why := program.out_of_limits()) is not None:
+            out.stopped_by, closed = why, False
+            lowers.append(-math.inf)
+            continue
+        held = dict(caps)
+        if math.isfinite(out.value):
+            held[axis] = min(held.get(axis, math.inf), out.value)
+        res = program.run(k, {axis: 1.0}, caps=held, hint=out.plan)
+        if res.status == "infeasible":
+            lowers.append(out.value)
+            continue
+        if not _consider(program, res.plan, axis, caps, out):
+            strict = program.run(k, {axis: 1.0}, caps=held, hint=out.plan, strict=True)
+            _consider(program, strict.plan, axis, caps, out)
+        if res.status != "optimal":
+            closed = False
+            out.stopped_by = out.stopped_by or res.stopped_by
+        lowers.append(res.lower if res.lower is not None else -math.inf)
+    out.lower = min(min(lowers, default=math.inf), out.value)
+    out.proven = closed
+
+
+def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "power") -> None:
+    problem = program.problem
+    prof = problem.profile
+    p_s, gamma = prof.static_power_mw, prof.concurrent_power_share
+    kappa_top = steady_kappa(problem, program.dvfs, period_cap=caps.get("period"))
+
+    def kappa(r2: float) -> float:
+        """The node's dominance threshold: with a power window its plans' dynamic power is below
+        r2 (+1 mW for the window's relaxation); rounded up to a 1/64 of the largest (fewer models)."""
+        if kind != "power":
+            return kappa_top
+        value = steady_kappa(problem, program.dvfs, dyn=r2 + 1.0 - p_s, period_cap=caps.get("period"))
+        step = max(kappa_top, 1e-9) / 64
+        return min(kappa_top, math.ceil(value / step) * step)
+
+    def weights(r1: float) -> dict[str, float]:
+        if kind == "power":
+            return {"period": p_s + (1 - gamma) * (r1 - p_s), "energy": gamma, "latency": -gamma * p_s}
+        return {"period": gamma * p_s, "energy": gamma + (1 - gamma) * r1, "latency": -gamma * p_s}
+
+    def ratio(plan: Plan) -> float:
+        ev = evaluate(problem, plan)
+        if kind == "power":
+            return ev.energy_mj * 1000.0 / ev.latency_ms
+        return ev.period_ms / ev.latency_ms
+
+    first = program.variants(kappa_top)
+    if kind == "power":
+        heap = [(-math.inf, k, *power_range(v)) for k, v in enumerate(first)]
+    else:
+        heap = [(-math.inf, k, 1.0 / max(1, len({p for ps in v.pus for p in ps})), 1.0) for k, v in enumerate(first)]
+    heapq.heapify(heap)
+    done: list[float] = []           # bounds of closed intervals (at least the incumbent then)
+    stuck: list[float] = []          # intervals too narrow to split that did not close
+    while heap:
+        lb, k, r1, r2 = heap[0]
+        if lb >= out.value * (1 - SS_GAP):
+            break
+        if (why := program.out_of_limits()) is not None:
+            out.stopped_by = why
+            break
+        heapq.heappop(heap)
+        cutoff = out.value * (1 - SS_GAP) if math.isfinite(out.value) else None
+        node_kappa = kappa(r2)
+        res = program.run(k, weights(r1), node_kappa, caps=caps, window=(kind, r1, r2), cutoff=cutoff,
+                          hint=out.plan)
+        before = out.value
+        if not _consider(program, res.plan, "energy_ss", caps, out):
+            strict = program.run(k, weights(r1), node_kappa, caps=caps, window=(kind, r1, r2), hint=out.plan,
+                                 strict=True)
+            _consider(program, strict.plan, "energy_ss", caps, out)
+        improved = out.value < before
+        if res.status == "infeasible":
+            done.append(cutoff if cutoff is not None else math.inf)
+            continue
+        new_lb = max(lb, res.lower if res.lower is not None else -math.inf)
+        if res.status != "optimal":
+            heapq.heappush(heap, (new_lb, k, r1, r2))
+            out.stopped_by = res.stopped_by or "time"
+            break
+        if new_lb >= out.value * (1 - SS_GAP):
+            done.append(new_lb)
+            continue
+        at = ratio(res.plan)
+        split = at - 2 * program.model(k, node_kappa).window_room((kind, r1, r2))   # the plan lies above it only
+        mid = (r1 + r2) / 2
+        if split <= r1 and improved:         # the plan found lies at the low end: search again below it
+            cuts = []
+        elif r2 - r1 <= 1e-9 * max(1.0, abs(r2)):
+            stuck.append(new_lb)
+            continue
+        else:                                # at the plan (Dinkelbach's step) and halfway (bisection)
+            cuts = sorted({c for c in (mid, split) if r1 < c < r2})
+        ends = [r1, *cuts, r2]
+        for a, b in zip(ends, ends[1:]):
+            heapq.heappush(heap, (new_lb, k, a, b))
+    open_lbs = [h[0] for h in heap] + stuck
+    out.lower = min([out.value] + open_lbs + done)
+    out.proven = math.isfinite(out.value) and out.lower >= out.value * (1 - SS_GAP) and not stuck
+    if not math.isfinite(out.value) and not heap and not stuck:
+        out.proven = True           # every interval refuted: no plan meets the caps
+
+
+# ------------------------------------------------------------------ the solvers' entry point
+
+
+def chain_route(problem: MappingProblem, objective: str, dvfs: bool, tie_break: str | None = None) -> bool:
+    """Whether the exact solvers use the chain models: DVFS levels as decisions, a re-entry or
+    whole-graph rule, or the steady-state energy where it differs from the per-frame energy.
+    ValueError where neither the chain models nor the operator-graph models are exact."""
+    prof = problem.profile
+    needs = dvfs or bool(prof.reentry) or bool(prof.whole_graph) or (
+        steady(problem) and "energy_ss" in (objective, tie_break))
+    if needs and not problem.is_chain:
+        what = ("dvfs" if dvfs else "a re-entry or whole-graph rule" if prof.reentry or prof.whole_graph
+                else "energy_ss with a static power (its phases are not the latency)")
+        raise ValueError(f"{problem.name}: {what} is modelled for chains only (the instance is an operator graph)")
+    return needs
+
+
+def plain_objective(problem: MappingProblem, objective: str) -> str:
+    """``energy`` for ``energy_ss`` where the two are equal (no static power, or per-PU power)."""
+    return "energy" if objective == "energy_ss" and not steady(problem) else objective
+
+
+def plain_bounds(problem: MappingProblem, bounds: dict | None) -> dict | None:
+    """Epsilon bounds with ``energy_ss_mj`` as ``energy_mj`` where the two are equal."""
+    if not bounds or "energy_ss_mj" not in bounds:
+        return bounds
+    if steady(problem):
+        raise ValueError("a bound on energy_ss_mj is not a linear constraint; bound period, latency or energy")
+    out = {k: v for k, v in bounds.items() if k != "energy_ss_mj"}
+    out["energy_mj"] = min(out.get("energy_mj", math.inf), bounds["energy_ss_mj"])
+    return out
+
+
+def caps_of(problem: MappingProblem, bounds: dict | None) -> dict[str, float]:
+    """Epsilon bounds (objective key -> value) as the chain models' caps (axis -> ms / uJ)."""
+    axis_of = {key: axis for axis, key in KEYS.items()}
+    out = {}
+    for key, val in (bounds or {}).items():
+        if key not in axis_of:
+            raise ValueError(f"unknown bound {key!r} (use {', '.join(KEYS.values())})")
+        axis = plain_objective(problem, axis_of[key])
+        if axis == "energy_ss":
+            raise ValueError("a bound on energy_ss_mj is not a linear constraint; bound period, latency or energy")
+        out[axis] = min(out.get(axis, math.inf), val * AXIS_SCALE[axis])
+    return out
+
+
+def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective: str, bounds: dict | None,
+                tie_break: str | None, dvfs: bool, max_stages: int | None, time_limit: float | None, threads: int,
+                seed: int, work_limit: float | None, warm_start: Plan | None, params: dict):
+    """A SolveResult of ``minimize`` for the registered exact solvers (``cpsat``, ``milp``):
+    the warm start (else the best heuristic plan; under ``dvfs`` also the max-frequency optimum,
+    which is fast and already a plan of the larger space) as the incumbent, the certified bound
+    as the result's bound."""
+    from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
+    from pipeplan.formulations.mapping.bounds import best_analytic
+    from pipeplan.solvers.mapping.common import scored_result, search_deadline
+    from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
+
+    search = search_deadline(time_limit, problem)
+    goal = plain_objective(problem, objective)
+    second = plain_objective(problem, tie_break) if tie_break else None
+    caps = caps_of(problem, bounds)
+    key = KEYS[objective]
+    left = search.remaining()
+    incumbent = warm_start or best_heuristic_plan(problem, goal, Deadline(None if left is None else left / 4))
+    answer = None
+    if dvfs:             # the max-frequency optimum: a quick incumbent
+        top = ChainProgram(problem, backend=backend, dvfs=False, max_stages=max_stages, deadline=Deadline(
+            None if search.remaining() is None else search.remaining() / 4), threads=threads, seed=seed,
+            work_limit=None if work_limit is None else work_limit / 4)
+        first = minimize(top, goal, caps, incumbent)
+        incumbent = first.plan or incumbent
+        spent = top.work
+    else:
+        spent = 0.0
+    program = ChainProgram(problem, backend=backend, dvfs=dvfs, max_stages=max_stages, deadline=search,
+                           threads=threads, seed=seed, work_limit=None if work_limit is None else work_limit - spent)
+    answer = minimize(program, goal, caps, incumbent, tie_break=second)
+    answer.work += spent
+    params.update({"method": "chain models", "dvfs": dvfs, "work": round(answer.work, 3), "solves": answer.solves,
+                   "variants": [v.name for v in program.variants()]})
+    if answer.plan is None:
+        if answer.proven:
+            return SolveResult("mapping", problem.name, solver, Termination.INFEASIBLE, Quality.NONE, params=params,
+                               message="no plan meets the constraints" + (f" {bounds}" if bounds else ""))
+        return SolveResult("mapping", problem.name, solver, Termination.TIME_LIMIT, Quality.NONE, params=params,
+                           message=f"no plan found within the limits; {stop_note(answer.stopped_by)}",
+                           stopped_by=answer.stopped_by)
+    if dvfs and not answer.plan.levels:      # the max-frequency incumbent: its levels written out
+        place = answer.plan.placement()
+        answer.plan = dataclasses.replace(answer.plan, levels={
+            u.name: problem.profile.pus[place[u.name][1]].max_level for u in problem.units})
+    lower = answer.lower / AXIS_SCALE[goal]
+    source = "chain models (" + ("steady-state search" if goal == "energy_ss" else backend) + ")"
+    if not answer.proven and not caps and goal != "energy_ss":
+        analytic = best_analytic(problem).get(KEYS[goal])
+        if analytic is not None and analytic.value > lower:
+            lower, source = analytic.value, analytic.source
+    notes = list(answer.notes)
+    if not answer.proven:
+        notes.append(stop_note(answer.stopped_by))
+    return scored_result(problem, solver, answer.plan, objective=objective,
+                         termination=Termination.OPTIMAL if answer.proven else Termination.TIME_LIMIT,
+                         quality=Quality.PROVEN_OPTIMAL if answer.proven else Quality.FEASIBLE,
+                         bound={key: max(0.0, lower)}, bound_source={key: source}, params=params,
+                         message="; ".join(n for n in notes if n), stopped_by=None if answer.proven else answer.stopped_by)
+
+
+FRONT_STEP = 1e-6     # the next point of a front sweep lies this much (relative) below the last
+
+
+def chain_front(problem: MappingProblem, x: str, y: str, *, dvfs: bool, backend: str = "cpsat",
+                time_limit: float | None, threads: int = 1, seed: int = 0, max_points: int = 200, progress=None,
+                work_limit: float | None = None) -> dict:
+    """The exact (x, y) front of a chain by an epsilon-constraint sweep over the chain models
+    (``exact_front``'s answer). Each step minimises y with x capped just below the last point,
+    then x with y held (a lexicographic pair). With the steady-state energy on one axis it is
+    the minimised one (a cap on it is not linear) and has no second solve: a point is dropped
+    when a later one (lower x) is no worse in it, so the points left are the front. Points
+    closer in x than ``FRONT_STEP`` are not told apart."""
+    clock = Deadline(time_limit)
+    goal, other = (x, y) if x == "energy_ss" and steady(problem) else (y, x)
+    goal, other = plain_objective(problem, goal), plain_objective(problem, other)
+    program = ChainProgram(problem, backend=backend, dvfs=dvfs, deadline=clock, threads=threads, seed=seed,
+                           work_limit=work_limit)
+    points: list[dict] = []
+    cap, incumbent, complete, stopped_by = math.inf, None, False, None
+    while len(points) < max_points:
+        caps = {} if not math.isfinite(cap) else {other: cap}
+        answer = minimize(program, goal, caps, incumbent, tie_break=None if goal == "energy_ss" else other)
+        if answer.plan is None:
+            complete = answer.proven
+            stopped_by = None if complete else answer.stopped_by
+            break
+        ev = evaluate(problem, answer.plan)
+        points.append({"objectives": ev.objectives(), "plan": answer.plan.to_dict(), "proven": answer.proven})
+        if not answer.proven:
+            stopped_by = answer.stopped_by
+        if progress:
+            progress(len(points), None, f"{KEYS[other]}={ev.objectives()[KEYS[other]]:.3f}")
+        cap = value(ev, other) * (1 - FRONT_STEP)
+        incumbent = None
+        if program.out_of_limits():
+            stopped_by = program.out_of_limits()
+            break
+    kept = []
+    for p in points:          # swept by decreasing `other`: drop a point a later one is no worse than
+        while kept and kept[-1]["objectives"][KEYS[goal]] >= p["objectives"][KEYS[goal]] * (1 - 1e-12):
+            kept.pop()
+        kept.append(p)
+    kept.sort(key=lambda p: p["objectives"][KEYS[x]])
+    return {"axes": [x, y], "points": kept, "complete": complete, "wall_time_s": clock.elapsed(),
+            "work": program.work, "stopped_by": None if complete else stopped_by, "dvfs": dvfs}

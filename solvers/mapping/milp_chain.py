@@ -1,0 +1,220 @@
+"""The MILP of one variant of a chain (``chain_options.py``) in PuLP (HiGHS, else CBC): the same
+decisions and constraints as ``cpsat_chain.py``, in continuous time (ms) and energy (uJ).
+
+* ``a[i, k]``: unit i takes option k, ``sum_k a = 1``; ``on[i, p]``: the sum of its options on p;
+* ``y[i, q, k]`` in [0, 1]: previous unit on q, unit i on option k (transportation form, whose
+  LP is the convex hull of the pair's choices);
+* ``b[i]``: a stage starts at unit i; ``pre[i, p] >= on[j, p]`` for j < i, ``suf[i, p] >= on[j, p]``
+  for j >= i, ``b[i] + pre + suf <= 2`` (one stage per PU);
+* ``R[i] >= R[i-1] + c[i] - H b[i]``, ``R[i] >= c[i]``, ``P >= R[i]``, ``L = sum c``, ``E = sum e``,
+  ``stages x P >= L``; the variant's segment rules as in the CP-SAT model.
+
+HiGHS stops at the relative gap ``pulp_backend.GAP_REL`` (1e-7): its proven optimum is a bound
+to that gap, which :meth:`MilpChainModel.solve` reports as ``lower`` (the dual bound when a limit
+stops it). Constraints hold to HiGHS's feasibility tolerance (1e-7 absolute); caps are relaxed
+by ``CAP_ROOM`` (relative) so that no plan on a cap is lost, and plans are checked by the caller.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import pulp
+
+from pipeplan.core.deadline import Deadline
+from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.solvers.mapping.chain_options import Variant, chain_plan
+from pipeplan.solvers.mapping.common import paced
+from pipeplan.solvers.mapping.cpsat_chain import ChainOutcome
+from pipeplan.solvers.pulp_backend import GAP_REL, make_solver, pick_backend, stopped_by
+
+CAP_ROOM = 1e-9     # caps and windows relaxed by this (relative), beyond the solver's tolerance
+
+
+class MilpChainModel:
+    """One variant's MILP; :meth:`solve` has the signature of ``CpChainModel.solve``."""
+
+    def __init__(self, problem: MappingProblem, variant: Variant, *, dvfs: bool, max_stages: int | None = None,
+                 deadline: Deadline | None = None, backend: str = "highs"):
+        self.problem, self.variant, self.dvfs = problem, variant, dvfs
+        self.backend = pick_backend(backend)
+        deadline = deadline or Deadline(None)
+        v = variant
+        n = len(v.options)
+        prob = self.prob = pulp.LpProblem("chain", pulp.LpMinimize)
+        self.a = [[prob.add_variable(f"a_{i}_{k}", cat=pulp.LpBinary) for k in range(len(v.options[i]))]
+                  for i in paced(range(n), deadline)]
+        for row in self.a:
+            prob += pulp.lpSum(row) == 1
+        on = [{p: pulp.lpSum(row[k] for k, o in enumerate(opts) if o.pu == p) for p in v.pus[i]}
+              for i, (row, opts) in enumerate(zip(self.a, v.options))]
+        pk = {p: j for j, p in enumerate(dict.fromkeys(p for ps in v.pus for p in ps))}
+        cost_t, cost_e = [], []
+        for i in paced(range(n), deadline):
+            terms_t = [o.time * lit for o, lit in zip(v.options[i], self.a[i])]
+            terms_e = [o.energy * lit for o, lit in zip(v.options[i], self.a[i])]
+            if i and v.arcs[i]:
+                sources = v.pus[i - 1]
+                if len(sources) == 1:
+                    y = {(sources[0], k): self.a[i][k] for k in range(len(v.options[i]))}
+                else:
+                    y = {(q, k): prob.add_variable(f"y_{i}_{pk[q]}_{k}", 0, 1)
+                         for k in range(len(v.options[i])) for q in sources}
+                    for k in range(len(v.options[i])):
+                        prob += pulp.lpSum(y[(q, k)] for q in sources) == self.a[i][k]
+                    for q in sources:
+                        prob += pulp.lpSum(y[(q, k)] for k in range(len(v.options[i]))) == on[i - 1][q]
+                terms_t += [t * y[key] for key, (t, _) in v.arcs[i].items()]
+                terms_e += [e * y[key] for key, (_, e) in v.arcs[i].items()]
+            cost_t.append(pulp.lpSum(terms_t))
+            cost_e.append(pulp.lpSum(terms_e))
+        H = sum(max(o.time for o in v.options[i]) + max((t for t, _ in v.arcs[i].values()), default=0.0)
+                for i in range(n))
+        self.b = [None] * n if v.single_stage else [None] + [prob.add_variable(f"b_{i}", cat=pulp.LpBinary)
+                                                              for i in range(1, n)]
+        if not v.single_stage:
+            self._disjoint_pus(on, n, pk)
+            if max_stages is not None:
+                prob += pulp.lpSum(self.b[1:]) <= max(0, max_stages - 1)
+        R = [prob.add_variable(f"R_{i}", 0, H) for i in range(n)]
+        self.period = prob.add_variable("P", 0, H)
+        self.latency = prob.add_variable("L", 0, H)
+        self.energy = prob.add_variable("E", 0)
+        for i in paced(range(n), deadline):
+            prob += R[i] >= cost_t[i]
+            if i:
+                prob += R[i] >= R[i - 1] + cost_t[i] - (H * self.b[i] if self.b[i] is not None else 0)
+            prob += self.period >= R[i]
+        prob += self.latency == pulp.lpSum(cost_t)
+        prob += self.energy == pulp.lpSum(cost_e)
+        self.stages = 1 if v.single_stage else min(len(pk), max_stages or n)
+        prob += self.stages * self.period >= self.latency
+        self._segments(on, n)
+        self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}
+        self.min_latency = sum(min(o.time for o in opts) for opts in v.options)
+
+    def _disjoint_pus(self, on, n, pk) -> None:
+        prob = self.prob
+        for p in pk:
+            idx = [i for i in range(n) if p in on[i]]
+            if len(idx) < 2:
+                continue
+            first, last = idx[0], idx[-1]
+            pre = {i: prob.add_variable(f"pre_{i}_{pk[p]}", 0, 1) for i in range(first + 1, last + 1)}
+            suf = {i: prob.add_variable(f"suf_{i}_{pk[p]}", 0, 1) for i in range(first + 1, last + 1)}
+            for i in range(first + 1, last + 1):
+                if p in on[i - 1]:
+                    prob += pre[i] >= on[i - 1][p]
+                if i - 1 in pre:
+                    prob += pre[i] >= pre[i - 1]
+                if p in on[i]:
+                    prob += suf[i] >= on[i][p]
+                if i + 1 in suf:
+                    prob += suf[i] >= suf[i + 1]
+                prob += self.b[i] + pre[i] + suf[i] <= 2
+
+    def _segments(self, on, n) -> None:
+        prob, v = self.prob, self.variant
+        for p in v.one_segment:
+            starts = []
+            for i in range(n):
+                if p not in on[i]:
+                    continue
+                if i and p in on[i - 1]:
+                    s = prob.add_variable(f"s_{i}_{p}", 0, 1)
+                    prob += s >= on[i][p] - on[i - 1][p]
+                    starts.append(s)
+                else:
+                    starts.append(on[i][p])
+            prob += pulp.lpSum(starts) <= 1
+        for p in v.many_segments:
+            colds = []
+            for i in range(n):
+                if p not in on[i]:
+                    continue
+                cold = pulp.lpSum(lit for lit, o in zip(self.a[i], v.options[i]) if o.pu == p and o.cold)
+                prev = on[i - 1][p] if i and p in on[i - 1] else 0
+                prob += cold >= on[i][p] - prev
+                prob += cold + prev <= 1
+                colds.append(cold)
+            prob += pulp.lpSum(colds) >= 2
+        for p in v.not_all_on:
+            if all(p in on[i] for i in range(n)):
+                prob += pulp.lpSum(on[i][p] for i in range(n)) <= n - 1
+
+    def window_room(self, window: tuple[str, float, float]) -> float:
+        """By how much a plan's ratio may lie beyond the ends of ``window`` in :meth:`solve`."""
+        return 2 * CAP_ROOM * max(1.0, window[2]) + 1e-6
+
+    def solve(self, weights: dict[str, float], *, caps: dict[str, float] | None = None,
+              window: tuple[str, float, float] | None = None, cutoff: float | None = None, hint: Plan | None = None,
+              strict: bool = False, time_limit: float | None, work_limit: float | None = None, threads: int = 1,
+              seed: int = 0) -> ChainOutcome:
+        """As ``CpChainModel.solve``; ``work_limit`` is not used (HiGHS has no deterministic clock)."""
+        prob = self.prob
+        extra = []
+        for axis, cap in (caps or {}).items():
+            room = -CAP_ROOM if strict else CAP_ROOM
+            extra.append(self.vars[axis] <= cap * (1 + room) + room)
+        if window is not None:
+            kind, lo, hi = window
+            ratio = self.energy if kind == "power" else self.period
+            extra.append(ratio >= lo * (1 - CAP_ROOM) * self.latency - CAP_ROOM)
+            extra.append(ratio <= hi * (1 + CAP_ROOM) * self.latency + CAP_ROOM)
+        objective = pulp.lpSum(w * self.vars[axis] for axis, w in weights.items())
+        if cutoff is not None:
+            extra.append(objective <= cutoff + CAP_ROOM * abs(cutoff))
+        names = []
+        for k, c in enumerate(extra):
+            name = f"extra_{k}"
+            prob.addConstraint(c, name)
+            names.append(name)
+        prob.setObjective(objective)
+        if hint is not None:
+            self._hint(hint)
+        began = time.perf_counter()
+        try:
+            prob.solve(make_solver(self.backend, time_limit=time_limit, threads=threads, seed=seed,
+                                   warm=hint is not None))
+            wall = time.perf_counter() - began
+            state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
+                     pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "unknown")
+            plan = self._extract() if state in ("optimal", "feasible") else None
+            lower = None
+            if state == "optimal":
+                value = prob.objective.value()
+                lower = value - GAP_REL * abs(value) - 1e-9
+            elif state == "feasible" and self.backend == "highs":
+                dual = prob.solverModel.getInfo().mip_dual_bound
+                lower = dual + prob.objective.constant if math.isfinite(dual) else None
+            why = None if state in ("optimal", "infeasible") else stopped_by(
+                prob, self.backend, node_limit=None, time_limit=time_limit, wall_s=wall)
+        finally:
+            table = getattr(prob, "_constraints", None)    # pulp >= 3.3 warns on the mapping view
+            for name in names:
+                del (prob.constraints if table is None else table)[name]
+            for var in prob.variables():      # no stale values as the next solve's start
+                var.varValue = None
+        return ChainOutcome(state, plan, lower, 0.0, why)
+
+    def _hint(self, plan: Plan) -> None:
+        """``plan``'s options as the start (a partial start: HiGHS completes it)."""
+        from pipeplan.solvers.mapping.chain_options import option_index
+        place = plan.placement()
+        prof = self.problem.profile
+        units = [u.name for u in self.problem.units]
+        for i, u in enumerate(units):
+            pu = place[u][1]
+            level = prof.level(pu, plan.levels.get(u, "max"))
+            cold = pu in self.variant.many_segments and (i == 0 or place[units[i - 1]][1] != pu)
+            k = option_index(self.variant, i, pu, level, cold)
+            if k is None:
+                return
+            for j, lit in enumerate(self.a[i]):
+                lit.setInitialValue(float(j == k))
+
+    def _extract(self) -> Plan:
+        choice = [max(range(len(row)), key=lambda k: row[k].varValue or 0.0) for row in self.a]
+        new_stage = [bool(b is not None and (b.varValue or 0.0) > 0.5) for b in self.b]
+        return chain_plan(self.problem, self.variant, choice, new_stage, self.dvfs)

@@ -42,13 +42,13 @@ of o' after a transfer from q is no worse than o's (t, e):
   o' (t', d') with dt = t - t' >= 0 and dd = d - d' >= 0: the period does not grow, and
   dE_ss/dP = gamma P_s + (1 - gamma) E / L >= 0, so E_ss(P', D', L') <= E_ss(P, D', L'); and
   E_ss(P, D - dd, L - dt) <= E_ss(P, D, L) exactly when
-  dd >= dt (D / L) (1 - gamma) P / (gamma L' + (1 - gamma) P), L' = L - dt. D / L is a
-  time-weighted mean of the phases' dynamic powers, at most ``dyn`` (the largest, or less where
-  the caller knows the plan's average power is lower); the last factor grows with P and falls
-  with L', so it is at most g = (1 - gamma) P_cap / (gamma L_min + (1 - gamma) P_cap) (1 without
-  a period cap; L_min: the least latency of any plan). So o' dominates o when t' <= t and
-  d - d' >= kappa (t - t') for every source q, with kappa = max(0, dyn) g (``steady_kappa``).
-  That implies e' <= e, so caps on period, latency and energy stay met. A plan's own
+  dd >= dt (D / L) G(P / L'),  G(u) = (1 - gamma) u / (gamma + (1 - gamma) u),  L' = L - dt.
+  G grows with u. D / L is a time-weighted mean of the phases' dynamic powers, at most ``dyn``
+  (the largest, or less where the caller knows more: :class:`SteadyRule`). P / L' is at most
+  P_cap / L_min (a period cap, L_min the least latency of any plan), and, when the plans' share
+  P / L is at most s, at most s (L_min + dt) / L_min (as L >= L_min + dt). So o' dominates o when
+  t' <= t and d - d' >= kappa(dt) (t - t') for every source q, kappa(dt) = max(0, dyn) G(that
+  bound). That implies e' <= e, so caps on period, latency and energy stay met. A plan's own
   replacements only lower (t, d) entry by entry, so replacing dominated options one after
   another ends, with E_ss no higher and every cap still met.
 
@@ -63,7 +63,24 @@ from dataclasses import dataclass, field
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 
-MONOTONE = None    # the dominance rule of period, latency, energy; a number: steady-state energy's kappa
+MONOTONE = None    # the dominance rule of period, latency, energy (else a SteadyRule)
+
+
+@dataclass(frozen=True)
+class SteadyRule:
+    """The steady-state energy's dominance rule (module docstring): the plans concerned have a
+    dynamic power D / L of at most ``dyn`` (mW) and a share P / L of at most ``share``."""
+
+    dyn: float
+    share: float
+    gamma: float
+    least_latency: float
+
+    def kappa(self, dt: float) -> float:
+        """The least dynamic energy per ms (mW) a faster option must save over dt ms to dominate."""
+        u = self.share * (self.least_latency + dt) / max(self.least_latency, 1e-12)
+        g = (1 - self.gamma) * u / (self.gamma + (1 - self.gamma) * u) if u > 0 else 0.0
+        return max(0.0, self.dyn) * g
 
 
 @dataclass(frozen=True)
@@ -110,10 +127,9 @@ def levels_of(problem: MappingProblem, i: int, pu: str, dvfs: bool) -> list[str]
     return [lv for lv in levels if prof.time(i, pu, lv) is not None]
 
 
-def variants(problem: MappingProblem, dvfs: bool, kappa: float | None = MONOTONE) -> list[Variant]:
+def variants(problem: MappingProblem, dvfs: bool, rule: SteadyRule | None = MONOTONE) -> list[Variant]:
     """Every variant of the chain's plan space (module docstring), options pruned by the rule of
-    the monotone objectives (``kappa`` None) or of the steady-state energy with that ``kappa``
-    (mW; :func:`steady_kappa`)."""
+    the monotone objectives (``rule`` None) or by the steady-state energy's ``rule``."""
     check_chain(problem)
     prof = problem.profile
     n = len(problem.units)
@@ -128,30 +144,28 @@ def variants(problem: MappingProblem, dvfs: bool, kappa: float | None = MONOTONE
                          for p, k in zip(reentry, kinds)) or "all plans"
         if whole:
             name += "; not all on " + "/".join(whole)
-        v = _build(problem, name, dvfs, kappa, factor={}, cold=set(many), only=None)
+        v = _build(problem, name, dvfs, rule, factor={}, cold=set(many), only=None)
         v.one_segment, v.many_segments, v.not_all_on = one, many, whole
         out.append(v)
     for p in whole:
-        v = _build(problem, f"whole graph on {p}", dvfs, kappa, factor={p: prof.whole_graph[p]}, cold=set(), only=p)
+        v = _build(problem, f"whole graph on {p}", dvfs, rule, factor={p: prof.whole_graph[p]}, cold=set(), only=p)
         v.single_stage = True
         out.append(v)
     return out
 
 
-def steady_kappa(problem: MappingProblem, dvfs: bool, dyn: float | None = None,
-                 period_cap: float | None = None) -> float:
-    """kappa of the steady-state dominance rule (module docstring): ``dyn`` bounds the plans'
-    dynamic power D / L (default: the largest dynamic power of any phase), ``period_cap`` their
-    period (ms)."""
+def steady_rule(problem: MappingProblem, dvfs: bool, dyn: float | None = None, share: float = 1.0,
+                period_cap: float | None = None) -> SteadyRule:
+    """The steady-state energy's dominance rule for plans with dynamic power at most ``dyn``
+    (default: the largest dynamic power of any phase), share P / L at most ``share`` and period
+    at most ``period_cap`` (ms)."""
     prof = problem.profile
     static, gamma = prof.static_power_mw or 0.0, prof.concurrent_power_share
     largest = _power_max(problem, dvfs) - static
-    dyn = largest if dyn is None else min(dyn, largest)
-    g = 1.0
-    if period_cap is not None and math.isfinite(period_cap):
-        least = least_latency(problem, dvfs)
-        g = min(1.0, (1 - gamma) * period_cap / (gamma * least + (1 - gamma) * period_cap))
-    return max(0.0, dyn) * g
+    least = least_latency(problem, dvfs)
+    if period_cap is not None and math.isfinite(period_cap) and least > 0:
+        share = min(share, period_cap / least)
+    return SteadyRule(largest if dyn is None else min(dyn, largest), share, gamma, least)
 
 
 def least_latency(problem: MappingProblem, dvfs: bool) -> float:
@@ -163,7 +177,7 @@ def least_latency(problem: MappingProblem, dvfs: bool) -> float:
                               for i in range(len(problem.units)))
 
 
-def _build(problem: MappingProblem, name: str, dvfs: bool, kappa: float | None, *, factor: dict[str, float],
+def _build(problem: MappingProblem, name: str, dvfs: bool, rule: SteadyRule | None, *, factor: dict[str, float],
            cold: set[str], only: str | None) -> Variant:
     prof = problem.profile
     units = [u.name for u in problem.units]
@@ -199,11 +213,11 @@ def _build(problem: MappingProblem, name: str, dvfs: bool, kappa: float | None, 
                 if t:
                     here[(q, k)] = (t, t * prof.transfers.power_mw * prof.transfers.scaling(q, o.pu, o.level)[1])
         arcs.append(here)
-    return _prune(Variant(name, options, arcs), problem, kappa)
+    return _prune(Variant(name, options, arcs), problem, rule)
 
 
-def _prune(v: Variant, problem: MappingProblem, kappa: float | None) -> Variant:
-    """Drop dominated options (module docstring); ``kappa``: None for the monotone rule."""
+def _prune(v: Variant, problem: MappingProblem, rule: SteadyRule | None) -> Variant:
+    """Drop dominated options (module docstring); ``rule``: None for the monotone rule."""
     static = problem.profile.static_power_mw or 0.0
     kept_opts, kept_arcs, dropped = [], [{}], 0
     for i, opts in enumerate(v.options):
@@ -223,10 +237,10 @@ def _prune(v: Variant, problem: MappingProblem, kappa: float | None) -> Variant:
             for (ta, ea), (tb, eb) in zip(cost[a], cost[b]):
                 if ta > tb:
                     return False
-                if kappa is None:
+                if rule is None:
                     if ea > eb:
                         return False
-                elif (eb - static * tb) - (ea - static * ta) < kappa * (tb - ta):
+                elif (eb - static * tb) - (ea - static * ta) < rule.kappa(tb - ta) * (tb - ta):
                     return False
             return True
 

@@ -44,9 +44,17 @@ from pipeplan.formulations.mapping.evaluator import Evaluation, evaluate
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.cpsat_backend import MIN_WORK
-from pipeplan.solvers.mapping.chain_options import MONOTONE, Variant, check_chain, power_range, steady_kappa, variants
+from pipeplan.solvers.mapping.chain_options import (
+    MONOTONE,
+    SteadyRule,
+    Variant,
+    check_chain,
+    power_range,
+    steady_rule,
+    variants,
+)
 
-SS_GAP = 1e-5       # relative gap at which the steady-state energy search is proven
+SS_GAP = 1e-4       # relative gap at which the steady-state energy search is proven
 STEADY_KIND = "share"
 CAP_TOL = 1e-9      # relative excess over a cap that a plan may show (float noise)
 AXIS_SCALE = {"period": 1.0, "latency": 1.0, "energy": 1000.0, "energy_ss": 1000.0}   # result unit -> ms / uJ
@@ -78,27 +86,30 @@ class ChainAnswer:
 
 class ChainProgram:
     """The variants of one chain problem, each with its model (built on first use; the steady-
-    state energy's models per dominance threshold kappa), and the limits every solve shares:
-    ``deadline`` and ``work_limit`` (deterministic seconds, CP-SAT). ``backend``: "cpsat", or
-    the MILP's "highs" or "cbc"."""
+    state energy's models per dominance rule), and the limits every solve shares:
+    ``deadline`` and ``work_limit`` (deterministic seconds, CP-SAT) or ``node_limit`` (the MILP's
+    branch-and-bound nodes per solve; one a limit stops ends the search). ``backend``: "cpsat",
+    or the MILP's "highs" or "cbc"."""
 
     def __init__(self, problem: MappingProblem, *, backend: str, dvfs: bool, deadline: Deadline,
-                 max_stages: int | None = None, threads: int = 1, seed: int = 0, work_limit: float | None = None):
+                 max_stages: int | None = None, threads: int = 1, seed: int = 0, work_limit: float | None = None,
+                 node_limit: int | None = None):
         check_chain(problem)
         self.problem, self.backend, self.dvfs, self.max_stages = problem, backend, dvfs, max_stages
+        self.node_limit, self.nodes = node_limit, 0
         self.deadline, self.threads, self.seed, self.work_limit = deadline, threads, seed, work_limit
-        self._variants: dict[float | None, list[Variant]] = {}
+        self._variants: dict[SteadyRule | None, list[Variant]] = {}
         self.models: dict[tuple, object] = {}
-        self.work, self.solves = 0.0, 0
+        self.work, self.solves, self.stopped_by_nodes = 0.0, 0, False
 
-    def variants(self, kappa: float | None = MONOTONE) -> list[Variant]:
-        if kappa not in self._variants:
-            self._variants[kappa] = variants(self.problem, self.dvfs, kappa)
-        return self._variants[kappa]
+    def variants(self, rule: SteadyRule | None = MONOTONE) -> list[Variant]:
+        if rule not in self._variants:
+            self._variants[rule] = variants(self.problem, self.dvfs, rule)
+        return self._variants[rule]
 
-    def model(self, k: int, kappa: float | None = MONOTONE):
-        if (k, kappa) not in self.models:
-            variant = self.variants(kappa)[k]
+    def model(self, k: int, rule: SteadyRule | None = MONOTONE):
+        if (k, rule) not in self.models:
+            variant = self.variants(rule)[k]
             if self.backend == "cpsat":
                 from pipeplan.solvers.mapping.cpsat_chain import CpChainModel
                 model = CpChainModel(self.problem, variant, dvfs=self.dvfs, max_stages=self.max_stages,
@@ -107,24 +118,33 @@ class ChainProgram:
                 from pipeplan.solvers.mapping.milp_chain import MilpChainModel
                 model = MilpChainModel(self.problem, variant, dvfs=self.dvfs, max_stages=self.max_stages,
                                        deadline=self.deadline, backend=self.backend)
-            self.models[(k, kappa)] = model
-        return self.models[(k, kappa)]
+            self.models[(k, rule)] = model
+        return self.models[(k, rule)]
+
+    def admits(self, plan: Plan) -> bool:
+        """Whether ``plan`` lies in this program's plan space (disjoint PU sets, ``max_stages``)."""
+        return not plan.shared_pus and (self.max_stages is None or len(plan.stages) <= self.max_stages)
 
     def out_of_limits(self) -> str | None:
         if self.deadline.expired():
             return "time"
         if self.work_limit is not None and self.work_limit - self.work < MIN_WORK:
             return "work"
+        if self.stopped_by_nodes:
+            return "work"
         return None
 
-    def run(self, k: int, weights: dict[str, float], kappa: float | None = MONOTONE, **kw):
-        model = self.model(k, kappa)
+    def run(self, k: int, weights: dict[str, float], rule: SteadyRule | None = MONOTONE, **kw):
+        model = self.model(k, rule)
         self.deadline.check()
         left = None if self.work_limit is None else self.work_limit - self.work
+        limits = {} if self.node_limit is None else {"node_limit": self.node_limit}
         res = model.solve(weights, time_limit=self.deadline.remaining(floor=0.05), work_limit=left,
-                          threads=self.threads, seed=self.seed, **kw)
+                          threads=self.threads, seed=self.seed, **limits, **kw)
         self.work += res.work
+        self.nodes += res.nodes
         self.solves += 1
+        self.stopped_by_nodes = self.stopped_by_nodes or (self.node_limit is not None and res.stopped_by == "work")
         return res
 
 
@@ -139,7 +159,7 @@ def minimize(program: ChainProgram, objective: str, caps: dict[str, float], incu
     then ``tie_break`` with the primary held at its optimum (linear primaries only)."""
     out = ChainAnswer()
     problem = program.problem
-    if incumbent is not None:
+    if incumbent is not None and program.admits(incumbent):
         ev = evaluate(problem, incumbent)
         if meets(ev, caps):
             out.plan, out.value = incumbent, value(ev, objective)
@@ -170,17 +190,53 @@ def minimize(program: ChainProgram, objective: str, caps: dict[str, float], incu
     return out
 
 
-def _consider(program: ChainProgram, plan: Plan | None, objective: str, caps: dict, out: ChainAnswer) -> bool:
-    """Take ``plan`` as the incumbent when it meets the caps and improves; False when it breaks a
-    cap (the model's rounding slack)."""
-    if plan is None:
+def _consider(program: ChainProgram, plan: Plan | None, objective: str, caps: dict, out: ChainAnswer,
+              polish: bool = False) -> bool:
+    """Take ``plan`` as the incumbent when it meets the caps and improves (with ``polish`` and
+    DVFS, after :func:`polished`); False when it breaks a cap (the model's rounding slack)."""
+    if plan is None or not program.admits(plan):
         return True
     ev = evaluate(program.problem, plan)
     if not meets(ev, caps):
         return False
+    if polish and program.dvfs:
+        plan = polished(program, plan, objective, caps)
+        ev = evaluate(program.problem, plan)
     if value(ev, objective) < out.value:
         out.plan, out.value = plan, value(ev, objective)
     return True
+
+
+POLISH_SHARE = 0.05     # of the time left that one polish may take (at most POLISH_S)
+POLISH_S = 2.0
+
+
+def polished(program: ChainProgram, plan: Plan, objective: str, caps: dict) -> Plan:
+    """``plan`` after a greedy descent over its units' DVFS levels (placement and stages kept):
+    any single level change that lowers ``objective`` and keeps the caps is taken, until none
+    does or its time share is spent. A primal heuristic only: every plan it returns is scored by
+    the evaluator, and the search's bounds do not depend on it. It finds the steady-state
+    energy's incumbents early, which lets its branch and bound refute intervals sooner."""
+    problem, prof = program.problem, program.problem.profile
+    left = program.deadline.remaining()
+    stop = Deadline(POLISH_S if left is None else min(POLISH_S, POLISH_SHARE * left))
+    place = plan.placement()
+    names = [u.name for u in problem.units]
+    levels = {u: prof.level(place[u][1], plan.levels.get(u, "max")) for u in names}
+    best = value(evaluate(problem, plan, check=False), objective)
+    improved = True
+    while improved and not stop.expired():
+        improved = False
+        for i, u in enumerate(names):
+            pu = place[u][1]
+            for lv in prof.pus[pu].levels:
+                if lv == levels[u] or prof.time(i, pu, lv) is None:
+                    continue
+                trial = dataclasses.replace(plan, levels={**levels, u: lv})
+                ev = evaluate(problem, trial, check=False)
+                if meets(ev, caps) and value(ev, objective) < best * (1 - 1e-12):
+                    plan, best, levels, improved = trial, value(ev, objective), {**levels, u: lv}, True
+    return plan
 
 
 def _linear(program: ChainProgram, axis: str, caps: dict, out: ChainAnswer) -> None:
@@ -208,20 +264,29 @@ def _linear(program: ChainProgram, axis: str, caps: dict, out: ChainAnswer) -> N
     out.proven = closed
 
 
-def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "power") -> None:
+def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "share") -> None:
     problem = program.problem
     prof = problem.profile
     p_s, gamma = prof.static_power_mw, prof.concurrent_power_share
-    kappa_top = steady_kappa(problem, program.dvfs, period_cap=caps.get("period"))
+    cap = caps.get("period")
+    widest = steady_rule(problem, program.dvfs, period_cap=cap)
+    least = widest.least_latency
 
-    def kappa(r2: float) -> float:
-        """The node's dominance threshold: with a power window its plans' dynamic power is below
-        r2 (+1 mW for the window's relaxation); rounded up to a 1/64 of the largest (fewer models)."""
-        if kind != "power":
-            return kappa_top
-        value = steady_kappa(problem, program.dvfs, dyn=r2 + 1.0 - p_s, period_cap=caps.get("period"))
-        step = max(kappa_top, 1e-9) / 64
-        return min(kappa_top, math.ceil(value / step) * step)
+    def rule(r1: float, r2: float) -> SteadyRule:
+        """The node's dominance rule (chain_options.SteadyRule), rounded up to a grid of 1/32 of
+        the widest dynamic power and 1/64 of share (fewer models to build): a plan in the node has
+        a share (power) below r2, and one that beats the incumbent U has F < U, so, with
+        P >= r1 L_min, D < (U - P_s r1 L_min) / (gamma + (1 - gamma) r1)."""
+        dyn, share = widest.dyn, widest.share
+        if kind == "power":
+            dyn = min(dyn, r2 + 1.0 - p_s)          # +1 mW: the window's relaxation
+        else:
+            share = min(share, r2 + 1e-3)
+            if math.isfinite(out.value) and least > 0:
+                dyn = min(dyn, (out.value - p_s * r1 * least) / (gamma + (1 - gamma) * r1) / least)
+        step = max(widest.dyn, 1e-9) / 32
+        return steady_rule(problem, program.dvfs, dyn=math.ceil(max(dyn, 0.0) / step) * step,
+                           share=min(1.0, math.ceil(share * 64) / 64), period_cap=cap)
 
     def weights(r1: float) -> dict[str, float]:
         if kind == "power":
@@ -234,7 +299,9 @@ def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "po
             return ev.energy_mj * 1000.0 / ev.latency_ms
         return ev.period_ms / ev.latency_ms
 
-    first = program.variants(kappa_top)
+    if out.plan is not None:
+        _consider(program, out.plan, "energy_ss", caps, out, polish=True)
+    first = program.variants(widest)
     if kind == "power":
         heap = [(-math.inf, k, *power_range(v)) for k, v in enumerate(first)]
     else:
@@ -251,12 +318,12 @@ def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "po
             break
         heapq.heappop(heap)
         cutoff = out.value * (1 - SS_GAP) if math.isfinite(out.value) else None
-        node_kappa = kappa(r2)
-        res = program.run(k, weights(r1), node_kappa, caps=caps, window=(kind, r1, r2), cutoff=cutoff,
+        node_rule = rule(r1, r2)
+        res = program.run(k, weights(r1), node_rule, caps=caps, window=(kind, r1, r2), cutoff=cutoff,
                           hint=out.plan)
         before = out.value
-        if not _consider(program, res.plan, "energy_ss", caps, out):
-            strict = program.run(k, weights(r1), node_kappa, caps=caps, window=(kind, r1, r2), hint=out.plan,
+        if not _consider(program, res.plan, "energy_ss", caps, out, polish=True):
+            strict = program.run(k, weights(r1), node_rule, caps=caps, window=(kind, r1, r2), hint=out.plan,
                                  strict=True)
             _consider(program, strict.plan, "energy_ss", caps, out)
         improved = out.value < before
@@ -272,7 +339,7 @@ def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "po
             done.append(new_lb)
             continue
         at = ratio(res.plan)
-        split = at - 2 * program.model(k, node_kappa).window_room((kind, r1, r2))   # the plan lies above it only
+        split = at - 2 * program.model(k, node_rule).window_room((kind, r1, r2))   # the plan lies above it only
         mid = (r1 + r2) / 2
         if split <= r1 and improved:         # the plan found lies at the low end: search again below it
             cuts = []
@@ -294,18 +361,23 @@ def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "po
 # ------------------------------------------------------------------ the solvers' entry point
 
 
-def chain_route(problem: MappingProblem, objective: str, dvfs: bool, tie_break: str | None = None) -> bool:
-    """Whether the exact solvers use the chain models: DVFS levels as decisions, a re-entry or
-    whole-graph rule, or the steady-state energy where it differs from the per-frame energy.
-    ValueError where neither the chain models nor the operator-graph models are exact."""
+def chain_route(problem: MappingProblem, objective: str, dvfs: bool, tie_break: str | None = None,
+                shared_pus: bool = False) -> bool:
+    """Whether the exact solvers use the chain models: every chain with disjoint PU sets (they
+    are exact there and prove chain optima faster than the operator-graph models). ValueError
+    where neither the chain models nor the operator-graph models are exact: DVFS levels as
+    decisions, a re-entry or whole-graph rule, or the steady-state energy where it differs from
+    the per-frame energy, on an operator graph or with shared PU sets."""
     prof = problem.profile
     needs = dvfs or bool(prof.reentry) or bool(prof.whole_graph) or (
         steady(problem) and "energy_ss" in (objective, tie_break))
+    what = ("dvfs" if dvfs else "a re-entry or whole-graph rule" if prof.reentry or prof.whole_graph
+            else "energy_ss with a static power (its phases are not the latency)")
     if needs and not problem.is_chain:
-        what = ("dvfs" if dvfs else "a re-entry or whole-graph rule" if prof.reentry or prof.whole_graph
-                else "energy_ss with a static power (its phases are not the latency)")
         raise ValueError(f"{problem.name}: {what} is modelled for chains only (the instance is an operator graph)")
-    return needs
+    if needs and shared_pus:
+        raise ValueError(f"{what} is modelled with disjoint PU sets only (no shared PUs)")
+    return problem.is_chain and not shared_pus
 
 
 def plain_objective(problem: MappingProblem, objective: str) -> str:
@@ -340,7 +412,8 @@ def caps_of(problem: MappingProblem, bounds: dict | None) -> dict[str, float]:
 
 def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective: str, bounds: dict | None,
                 tie_break: str | None, dvfs: bool, max_stages: int | None, time_limit: float | None, threads: int,
-                seed: int, work_limit: float | None, warm_start: Plan | None, params: dict):
+                seed: int, work_limit: float | None, warm_start: Plan | None, params: dict,
+                node_limit: int | None = None):
     """A SolveResult of ``minimize`` for the registered exact solvers (``cpsat``, ``milp``):
     the warm start (else the best heuristic plan; under ``dvfs`` also the max-frequency optimum,
     which is fast and already a plan of the larger space) as the incumbent, the certified bound
@@ -361,22 +434,25 @@ def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective
     if dvfs:             # the max-frequency optimum: a quick incumbent
         top = ChainProgram(problem, backend=backend, dvfs=False, max_stages=max_stages, deadline=Deadline(
             None if search.remaining() is None else search.remaining() / 4), threads=threads, seed=seed,
-            work_limit=None if work_limit is None else work_limit / 4)
+            work_limit=None if work_limit is None else work_limit / 4, node_limit=node_limit)
         first = minimize(top, goal, caps, incumbent)
         incumbent = first.plan or incumbent
         spent = top.work
     else:
         spent = 0.0
     program = ChainProgram(problem, backend=backend, dvfs=dvfs, max_stages=max_stages, deadline=search,
-                           threads=threads, seed=seed, work_limit=None if work_limit is None else work_limit - spent)
+                           threads=threads, seed=seed, work_limit=None if work_limit is None else work_limit - spent,
+                           node_limit=node_limit)
     answer = minimize(program, goal, caps, incumbent, tie_break=second)
     answer.work += spent
     params.update({"method": "chain models", "dvfs": dvfs, "work": round(answer.work, 3), "solves": answer.solves,
                    "variants": [v.name for v in program.variants()]})
+    if node_limit is not None or backend != "cpsat":
+        params["nodes"] = program.nodes
     if answer.plan is None:
         if answer.proven:
             return SolveResult("mapping", problem.name, solver, Termination.INFEASIBLE, Quality.NONE, params=params,
-                               message="no plan meets the constraints" + (f" {bounds}" if bounds else ""))
+                               message=f"no plan meets the bounds {bounds}" if bounds else "no plan fits the model")
         return SolveResult("mapping", problem.name, solver, Termination.TIME_LIMIT, Quality.NONE, params=params,
                            message=f"no plan found within the limits; {stop_note(answer.stopped_by)}",
                            stopped_by=answer.stopped_by)
@@ -386,6 +462,8 @@ def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective
             u.name: problem.profile.pus[place[u.name][1]].max_level for u in problem.units})
     lower = answer.lower / AXIS_SCALE[goal]
     source = "chain models (" + ("steady-state search" if goal == "energy_ss" else backend) + ")"
+    if answer.proven and goal != "energy_ss" and backend != "cpsat":   # as milp.py reports a HiGHS optimum
+        lower, source = answer.value / AXIS_SCALE[goal], "chain MILP optimum (HiGHS)"
     if not answer.proven and not caps and goal != "energy_ss":
         analytic = best_analytic(problem).get(KEYS[goal])
         if analytic is not None and analytic.value > lower:

@@ -79,8 +79,9 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
                 bounds: dict | None = None, shared_pus: bool = False, max_stages: int | None = None,
                 tie_break: str | None = "default", work_limit: float | None = None, dvfs: bool = False):
     """``dvfs``: choose every unit's DVFS level too (chains; otherwise every PU runs at its top
-    level). Chains with DVFS, a re-entry or whole-graph rule, or the steady-state energy go to
-    the chain models (``chain_search.py``); operator graphs to the models below."""
+    level). Chains with disjoint PU sets go to the chain models (``chain_search.py``: exact under
+    re-entry, the whole-graph plan, DVFS and the steady-state energy); operator graphs and shared
+    PU sets to the models below."""
     check_work_limit(work_limit)
     if objective not in AXES:
         raise ValueError(f"unknown objective {objective!r}")
@@ -93,10 +94,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
         if axis not in AXES.values():
             raise ValueError(f"unknown bound {axis!r} (use {', '.join(AXES.values())})")
     from pipeplan.solvers.mapping.chain_search import chain_route, plain_bounds, plain_objective, solve_chain
-    if chain_route(problem, objective, dvfs, tie_break):
-        if shared_pus:
-            raise ValueError("shared PU sets are not modelled with DVFS levels, re-entry, whole-graph or "
-                             "steady-state energy (chains use disjoint PU sets)")
+    if chain_route(problem, objective, dvfs, tie_break, shared_pus):
         params = {"objective": objective, "bounds": bounds or {}, "shared_pus": False, "max_stages": max_stages,
                   "tie_break": tie_break, "work_limit": work_limit}
         return solve_chain(problem, "cpsat", backend="cpsat", objective=objective, bounds=bounds,

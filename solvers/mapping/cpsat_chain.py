@@ -52,6 +52,7 @@ class ChainOutcome:
     lower: float | None          # certified lower bound of the weighted objective (ms / uJ), None if unknown
     work: float = 0.0            # deterministic seconds (CP-SAT), 0 for the MILP
     stopped_by: str | None = None
+    nodes: int = 0               # branch-and-bound nodes (HiGHS), 0 for CP-SAT
 
 
 class CpChainModel:

@@ -36,8 +36,8 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     plan (made first, in at most half the time), is returned as the run's best plan (status
     time_limit). ``time_limit`` (s) covers the heuristics, building the model and both solves,
     less the final scoring's share. ``dvfs``: choose every unit's DVFS level too (chains).
-    Chains with DVFS, a re-entry or whole-graph rule, or the steady-state energy go to the chain
-    MILPs (``chain_search.py``, ``milp_chain.py``; there ``node_limit`` does not apply)."""
+    Chains go to the chain MILPs (``chain_search.py``, ``milp_chain.py``; ``node_limit`` then
+    bounds each of their solves, and the first it stops ends the search)."""
     import pulp
 
     from pipeplan.solvers.mapping.milp_model import TIE_SLACK, MappingMilp, run_milp
@@ -60,7 +60,8 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
                   "max_stages": max_stages, "node_limit": node_limit}
         return solve_chain(problem, "milp", backend=params["backend"], objective=objective, bounds=bounds,
                            tie_break=TIE_BREAK[objective], dvfs=dvfs, max_stages=max_stages, time_limit=time_limit,
-                           threads=threads, seed=seed, work_limit=None, warm_start=warm_start, params=params)
+                           threads=threads, seed=seed, work_limit=None, warm_start=warm_start, params=params,
+                           node_limit=node_limit)
     if objective == "energy_ss" or "energy_ss_mj" in (bounds or {}):      # equal to energy here
         return as_objective(solve_milp(
             problem, time_limit=time_limit, seed=seed, threads=threads, warm_start=warm_start,

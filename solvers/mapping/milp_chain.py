@@ -9,6 +9,11 @@ decisions and constraints as ``cpsat_chain.py``, in continuous time (ms) and ene
 * ``R[i] >= R[i-1] + c[i] - H b[i]``, ``R[i] >= c[i]``, ``P >= R[i]``, ``L = sum c``, ``E = sum e``,
   ``stages x P >= L``; the variant's segment rules as in the CP-SAT model.
 
+HiGHS runs without presolve: HiGHS 1.16's presolve cut off the optimum of a 4-unit chain (energy
+capped 5% above it: 19.168 mJ "optimal" against 18.291 mJ; with presolve off, read back from an
+LP file, or on CBC: 18.291; tests/mapping/test_dvfs_chain.py keeps the case), and without it the
+chain MILPs solve as fast (YOLOv3, max frequency: 15 s against 12 s).
+
 HiGHS stops at the relative gap ``pulp_backend.GAP_REL`` (1e-7): its proven optimum is a bound
 to that gap, which :meth:`MilpChainModel.solve` reports as ``lower`` (the dual bound when a limit
 stops it). Constraints hold to HiGHS's feasibility tolerance (1e-7 absolute); caps are relaxed
@@ -27,7 +32,7 @@ from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.chain_options import Variant, chain_plan
 from pipeplan.solvers.mapping.common import paced
 from pipeplan.solvers.mapping.cpsat_chain import ChainOutcome
-from pipeplan.solvers.pulp_backend import GAP_REL, make_solver, pick_backend, stopped_by
+from pipeplan.solvers.pulp_backend import GAP_REL, highs_nodes, make_solver, pick_backend, stopped_by
 
 CAP_ROOM = 1e-9     # caps and windows relaxed by this (relative), beyond the solver's tolerance
 
@@ -150,8 +155,9 @@ class MilpChainModel:
     def solve(self, weights: dict[str, float], *, caps: dict[str, float] | None = None,
               window: tuple[str, float, float] | None = None, cutoff: float | None = None, hint: Plan | None = None,
               strict: bool = False, time_limit: float | None, work_limit: float | None = None, threads: int = 1,
-              seed: int = 0) -> ChainOutcome:
-        """As ``CpChainModel.solve``; ``work_limit`` is not used (HiGHS has no deterministic clock)."""
+              seed: int = 0, node_limit: int | None = None) -> ChainOutcome:
+        """As ``CpChainModel.solve``; ``work_limit`` is not used (HiGHS has no deterministic clock),
+        ``node_limit`` bounds the branch-and-bound nodes of this solve."""
         prob = self.prob
         extra = []
         for axis, cap in (caps or {}).items():
@@ -175,8 +181,11 @@ class MilpChainModel:
             self._hint(hint)
         began = time.perf_counter()
         try:
-            prob.solve(make_solver(self.backend, time_limit=time_limit, threads=threads, seed=seed,
-                                   warm=hint is not None))
+            solver = make_solver(self.backend, time_limit=time_limit, threads=threads, seed=seed,
+                                 warm=hint is not None, node_limit=node_limit)
+            if self.backend == "highs":
+                solver.optionsDict["presolve"] = "off"      # see the module docstring
+            prob.solve(solver)
             wall = time.perf_counter() - began
             state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
                      pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "unknown")
@@ -189,14 +198,15 @@ class MilpChainModel:
                 dual = prob.solverModel.getInfo().mip_dual_bound
                 lower = dual + prob.objective.constant if math.isfinite(dual) else None
             why = None if state in ("optimal", "infeasible") else stopped_by(
-                prob, self.backend, node_limit=None, time_limit=time_limit, wall_s=wall)
+                prob, self.backend, node_limit=node_limit, time_limit=time_limit, wall_s=wall)
+            nodes = highs_nodes(prob, self.backend) or 0
         finally:
             table = getattr(prob, "_constraints", None)    # pulp >= 3.3 warns on the mapping view
             for name in names:
                 del (prob.constraints if table is None else table)[name]
             for var in prob.variables():      # no stale values as the next solve's start
                 var.varValue = None
-        return ChainOutcome(state, plan, lower, 0.0, why)
+        return ChainOutcome(state, plan, lower, 0.0, why, nodes)
 
     def _hint(self, plan: Plan) -> None:
         """``plan``'s options as the start (a partial start: HiGHS completes it)."""

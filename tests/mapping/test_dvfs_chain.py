@@ -14,9 +14,11 @@ from pipeplan.formulations.mapping.evaluator import evaluate, time_factors
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.formulations.mapping.profile import profile_from_dict
-from pipeplan.solvers.mapping.chain_options import MONOTONE, steady_kappa, variants
+from pipeplan.instances.tiny import tiny_catalogue
+from pipeplan.solvers.mapping.chain_options import MONOTONE, steady_rule, variants
 from pipeplan.solvers.mapping.chain_search import SS_GAP
 from pipeplan.solvers.mapping.exact_front import exact_front
+from pipeplan.solvers.mapping.milp_chain import MilpChainModel
 
 KEY = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj", "energy_ss": "energy_ss_mj"}
 
@@ -131,7 +133,7 @@ def test_pruning_drops_dominated_levels_only_where_they_cannot_help():
     """B's "mid" level goes for period and energy (the optima above still match brute force) and
     stays for the steady-state energy; the variants split the plan space as documented."""
     plain = variants(PROBLEM, True, MONOTONE)
-    steady = variants(PROBLEM, True, steady_kappa(PROBLEM, True))
+    steady = variants(PROBLEM, True, steady_rule(PROBLEM, True))
     assert [v.name for v in plain] == ["N: one segment; not all on N", "N: two or more segments; not all on N",
                                        "whole graph on N"]
     mid = [[o for o in opts if o.level == "mid"] for opts in plain[0].options]
@@ -172,3 +174,13 @@ def test_exact_front_with_levels_equals_the_brute_force_front(y):
     tol = SS_GAP if y == "energy_ss" else 1e-6
     for (gx, gy), (wx, wy) in zip(got, want):
         assert gx == pytest.approx(wx, rel=1e-6) and gy == pytest.approx(wy, rel=tol)
+
+
+def test_milp_chain_model_keeps_the_optimum_highs_presolve_cut_off():
+    """HiGHS 1.16's presolve returned 19.168 mJ as optimal here (18.291 mJ is): the chain MILP
+    runs HiGHS without presolve (milp_chain.py)."""
+    problem = tiny_catalogue()[1]
+    model = MilpChainModel(problem, variants(problem, False)[0], dvfs=False)
+    r = model.solve({"energy": 1.0}, caps={"energy": 18290.7102 * 1.0527}, time_limit=30)
+    assert r.status == "optimal"
+    assert evaluate(problem, r.plan).energy_mj == pytest.approx(brute_force.optimum(problem, "energy"), rel=1e-9)

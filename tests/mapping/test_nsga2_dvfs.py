@@ -176,7 +176,7 @@ def test_repair_makes_any_dvfs_gene_vector_feasible(data):
 
 def test_dvfs_only_for_solvers_that_declare_it():
     declared = {s.name: s.params["dvfs"].default for s in solvers("mapping") if "dvfs" in s.params}
-    assert declared == {"nsga2": False}
+    assert declared == {"nsga2": False, "cpsat": False, "milp": False}
     with pytest.raises(InputError, match="dvfs"):
         pipeplan.solve(TINY, "heft", dvfs=True)
     r = pipeplan.solve(TINY, "nsga2", dvfs="yes")

@@ -277,14 +277,6 @@ def _power_max(problem: MappingProblem, dvfs: bool) -> float:
     return max(powers)
 
 
-def power_range(v: Variant) -> tuple[float, float]:
-    """The least and the largest power (mW) of any entry of ``v``: a plan's energy over its
-    latency (its average power) lies between them."""
-    rates = [o.energy / o.time for opts in v.options for o in opts if o.time > 0]
-    rates += [e / t for arcs in v.arcs for t, e in arcs.values() if t > 0]
-    return min(rates), max(rates)
-
-
 def chain_plan(problem: MappingProblem, v: Variant, choice: list[int], new_stage: list[bool], dvfs: bool) -> Plan:
     """The plan of option ``choice[i]`` per unit, a new stage starting at unit i where
     ``new_stage[i]`` (i >= 1); levels are written only under ``dvfs`` (else every unit is at its

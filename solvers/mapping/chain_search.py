@@ -1,6 +1,6 @@
 """Exact search on chains: the variants of ``chain_options.py``, each a linear model
 (``cpsat_chain.py`` or ``milp_chain.py``), minimised one after another, and the steady-state
-energy by a branch and bound over the average power.
+energy by a branch and bound over the period's share of the latency.
 
 **Linear objectives** (period, latency, energy per frame) under caps: each variant is solved with
 the objective capped at the best plan so far; the optimum is the least over the variants (they
@@ -9,24 +9,32 @@ bound the least of the variants' bounds. A tie-break objective then gets the sam
 with the primary capped at its optimum.
 
 **Steady-state energy** (``energy_ss``). On a chain the summed phase time is the latency L, so
-with P the period, E the energy per frame and rho = E / L the plan's average power,
+with P the period, E the energy per frame, D = E - P_s L the dynamic energy and u = P / L the
+period's share of the latency (1 / the concurrency),
 
-    E_ss = P_s P + gamma (E - P_s L) + (1 - gamma) P (rho - P_s),
+    E_ss = P_s P + D (gamma + (1 - gamma) u) = gamma P_s P + (gamma + (1 - gamma) u) E - gamma P_s L,
 
-a product of the period and the average power. For plans whose rho lies in [r1, r2],
+a product of the energy and the share. For plans whose share lies in [u1, u2] (E >= 0),
 
-    E_ss >= (P_s + (1 - gamma) (r1 - P_s)) P + gamma E - gamma P_s L =: lin_r1,
+    E_ss >= gamma P_s P + (gamma + (1 - gamma) u1) E - gamma P_s L =: lin_u1,
 
-which is linear, and the window r1 L <= E <= r2 L is linear too. So the search keeps intervals of
-rho per variant (at first [least, largest] power of any phase: every rho lies there), and
-repeatedly takes the interval with the least lower bound, minimises lin over its plans (capped
-below the incumbent), and either closes it (no plan below the incumbent, or its bound reaches
-the incumbent) or splits it at the rho of the plan found (where lin equals E_ss: Dinkelbach's
-update) or, when that lies at an end, in the middle. Every plan of the variant lies in some open
-interval or in a closed one whose bound is at least the incumbent, so the least open bound is a
-certified lower bound of E_ss, and the search is proven when it reaches the incumbent within
-``SS_GAP`` (the scaled weights of CP-SAT's integer objective lose up to ~1e-6 of the bound).
-There is no tie-break after it: E_ss held at its optimum is not a linear constraint.
+which is linear, and the window u1 L <= P <= u2 L is linear too (the model's P may exceed the
+plan's period, which only raises lin for plans outside the window). So the search keeps
+intervals of u per variant (at first [1 / stages, 1]: L <= stages x P), repeatedly takes the
+interval with the least lower bound, minimises lin over its plans (capped below the incumbent),
+and either closes it (no plan below the incumbent, or its bound reaches the incumbent within
+``SS_GAP``) or splits it at the u of the plan found (just below it, so that plan leaves the lower
+part: in the upper part lin equals its E_ss at the lower end, Dinkelbach's update) and halfway
+(bisection: every interval shrinks). Every plan of the variant lies in some open interval or in a
+closed one whose bound is at least the incumbent (within ``SS_GAP``), so the least open bound
+is a certified lower bound of E_ss, and the search is proven when it reaches the incumbent
+within ``SS_GAP``. The models of an interval drop the options its plans cannot need
+(``chain_options.SteadyRule``: their share is below u2, and one that beats the incumbent U has
+D < (U - P_s u1 L_min) / (gamma + (1 - gamma) u1)); each plan found is polished by a greedy
+descent over its levels (:func:`polished`, a primal heuristic). A solve gets a time slice
+(``FIRST_SLICE_S``, doubled each time the interval comes back), so that under a time limit every
+variant's intervals get bounded, not only the first's. There is no tie-break after it:
+E_ss held at its optimum is not a linear constraint.
 
 Every plan is checked with the evaluator: a plan counts only when it meets every cap (a
 model's caps are relaxed by its rounding slack; a plan beyond a cap by more than ``CAP_TOL`` is
@@ -44,18 +52,10 @@ from pipeplan.formulations.mapping.evaluator import Evaluation, evaluate
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.cpsat_backend import MIN_WORK
-from pipeplan.solvers.mapping.chain_options import (
-    MONOTONE,
-    SteadyRule,
-    Variant,
-    check_chain,
-    power_range,
-    steady_rule,
-    variants,
-)
+from pipeplan.solvers.mapping.chain_options import MONOTONE, SteadyRule, Variant, check_chain, steady_rule, variants
 
 SS_GAP = 1e-4       # relative gap at which the steady-state energy search is proven
-STEADY_KIND = "share"
+FIRST_SLICE_S = 10.0  # an interval's first solve (s, or deterministic s under a work limit), doubled per retry
 CAP_TOL = 1e-9      # relative excess over a cap that a plan may show (float noise)
 AXIS_SCALE = {"period": 1.0, "latency": 1.0, "energy": 1000.0, "energy_ss": 1000.0}   # result unit -> ms / uJ
 KEYS = {"period": "period_ms", "latency": "latency_ms", "energy": "energy_mj", "energy_ss": "energy_ss_mj"}
@@ -134,12 +134,21 @@ class ChainProgram:
             return "work"
         return None
 
-    def run(self, k: int, weights: dict[str, float], rule: SteadyRule | None = MONOTONE, **kw):
+    def run(self, k: int, weights: dict[str, float], rule: SteadyRule | None = MONOTONE,
+            slice_s: float | None = None, **kw):
+        """One solve of variant ``k``'s model within what is left of the limits, and at most
+        ``slice_s`` seconds (deterministic seconds under a work limit)."""
         model = self.model(k, rule)
         self.deadline.check()
         left = None if self.work_limit is None else self.work_limit - self.work
+        time_left = self.deadline.remaining(floor=0.05)
+        if slice_s is not None:
+            if left is None:
+                time_left = slice_s if time_left is None else min(time_left, slice_s)
+            else:
+                left = min(left, slice_s)
         limits = {} if self.node_limit is None else {"node_limit": self.node_limit}
-        res = model.solve(weights, time_limit=self.deadline.remaining(floor=0.05), work_limit=left,
+        res = model.solve(weights, time_limit=time_left, work_limit=left,
                           threads=self.threads, seed=self.seed, **limits, **kw)
         self.work += res.work
         self.nodes += res.nodes
@@ -165,7 +174,7 @@ def minimize(program: ChainProgram, objective: str, caps: dict[str, float], incu
             out.plan, out.value = incumbent, value(ev, objective)
     try:
         if objective == "energy_ss":
-            _steady(program, caps, out, STEADY_KIND)
+            _steady(program, caps, out)
         else:
             _linear(program, objective, caps, out)
         if out.proven and tie_break and out.plan is not None and objective != "energy_ss":
@@ -264,7 +273,7 @@ def _linear(program: ChainProgram, axis: str, caps: dict, out: ChainAnswer) -> N
     out.proven = closed
 
 
-def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "share") -> None:
+def _steady(program: ChainProgram, caps: dict, out: ChainAnswer) -> None:
     problem = program.problem
     prof = problem.profile
     p_s, gamma = prof.static_power_mw, prof.concurrent_power_share
@@ -272,45 +281,29 @@ def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "sh
     widest = steady_rule(problem, program.dvfs, period_cap=cap)
     least = widest.least_latency
 
-    def rule(r1: float, r2: float) -> SteadyRule:
-        """The node's dominance rule (chain_options.SteadyRule), rounded up to a grid of 1/32 of
-        the widest dynamic power and 1/64 of share (fewer models to build): a plan in the node has
-        a share (power) below r2, and one that beats the incumbent U has F < U, so, with
-        P >= r1 L_min, D < (U - P_s r1 L_min) / (gamma + (1 - gamma) r1)."""
-        dyn, share = widest.dyn, widest.share
-        if kind == "power":
-            dyn = min(dyn, r2 + 1.0 - p_s)          # +1 mW: the window's relaxation
-        else:
-            share = min(share, r2 + 1e-3)
-            if math.isfinite(out.value) and least > 0:
-                dyn = min(dyn, (out.value - p_s * r1 * least) / (gamma + (1 - gamma) * r1) / least)
+    def rule(u1: float, u2: float) -> SteadyRule:
+        """The interval's dominance rule (module docstring), rounded up to a grid of 1/32 of the
+        widest dynamic power and 1/64 of share (fewer models to build)."""
+        share = min(widest.share, u2 + 1e-3)             # +1e-3: the window's relaxation
+        dyn = widest.dyn
+        if math.isfinite(out.value) and least > 0:
+            dyn = min(dyn, (out.value - p_s * u1 * least) / (gamma + (1 - gamma) * u1) / least)
         step = max(widest.dyn, 1e-9) / 32
         return steady_rule(problem, program.dvfs, dyn=math.ceil(max(dyn, 0.0) / step) * step,
                            share=min(1.0, math.ceil(share * 64) / 64), period_cap=cap)
 
-    def weights(r1: float) -> dict[str, float]:
-        if kind == "power":
-            return {"period": p_s + (1 - gamma) * (r1 - p_s), "energy": gamma, "latency": -gamma * p_s}
-        return {"period": gamma * p_s, "energy": gamma + (1 - gamma) * r1, "latency": -gamma * p_s}
-
-    def ratio(plan: Plan) -> float:
-        ev = evaluate(problem, plan)
-        if kind == "power":
-            return ev.energy_mj * 1000.0 / ev.latency_ms
-        return ev.period_ms / ev.latency_ms
+    def weights(u1: float) -> dict[str, float]:
+        return {"period": gamma * p_s, "energy": gamma + (1 - gamma) * u1, "latency": -gamma * p_s}
 
     if out.plan is not None:
         _consider(program, out.plan, "energy_ss", caps, out, polish=True)
-    first = program.variants(widest)
-    if kind == "power":
-        heap = [(-math.inf, k, *power_range(v)) for k, v in enumerate(first)]
-    else:
-        heap = [(-math.inf, k, 1.0 / max(1, len({p for ps in v.pus for p in ps})), 1.0) for k, v in enumerate(first)]
+    heap = [(-math.inf, k, 1.0 / max(1, program.model(k, widest).stages), 1.0, FIRST_SLICE_S)
+            for k in range(len(program.variants(widest)))]
     heapq.heapify(heap)
     done: list[float] = []           # bounds of closed intervals (at least the incumbent then)
     stuck: list[float] = []          # intervals too narrow to split that did not close
     while heap:
-        lb, k, r1, r2 = heap[0]
+        lb, k, u1, u2, slice_s = heap[0]
         if lb >= out.value * (1 - SS_GAP):
             break
         if (why := program.out_of_limits()) is not None:
@@ -318,39 +311,36 @@ def _steady(program: ChainProgram, caps: dict, out: ChainAnswer, kind: str = "sh
             break
         heapq.heappop(heap)
         cutoff = out.value * (1 - SS_GAP) if math.isfinite(out.value) else None
-        node_rule = rule(r1, r2)
-        res = program.run(k, weights(r1), node_rule, caps=caps, window=(kind, r1, r2), cutoff=cutoff,
+        node_rule = rule(u1, u2)
+        res = program.run(k, weights(u1), node_rule, slice_s, caps=caps, window=(u1, u2), cutoff=cutoff,
                           hint=out.plan)
         before = out.value
         if not _consider(program, res.plan, "energy_ss", caps, out, polish=True):
-            strict = program.run(k, weights(r1), node_rule, caps=caps, window=(kind, r1, r2), hint=out.plan,
-                                 strict=True)
-            _consider(program, strict.plan, "energy_ss", caps, out)
+            strict = program.run(k, weights(u1), node_rule, caps=caps, window=(u1, u2), hint=out.plan, strict=True)
+            _consider(program, strict.plan, "energy_ss", caps, out, polish=True)
         improved = out.value < before
         if res.status == "infeasible":
             done.append(cutoff if cutoff is not None else math.inf)
             continue
         new_lb = max(lb, res.lower if res.lower is not None else -math.inf)
-        if res.status != "optimal":
-            heapq.heappush(heap, (new_lb, k, r1, r2))
-            out.stopped_by = res.stopped_by or "time"
-            break
+        if res.status != "optimal":      # its slice ran out: back in the queue with twice the time
+            heapq.heappush(heap, (new_lb, k, u1, u2, 2 * slice_s))
+            continue
         if new_lb >= out.value * (1 - SS_GAP):
             done.append(new_lb)
             continue
-        at = ratio(res.plan)
-        split = at - 2 * program.model(k, node_rule).window_room((kind, r1, r2))   # the plan lies above it only
-        mid = (r1 + r2) / 2
-        if split <= r1 and improved:         # the plan found lies at the low end: search again below it
+        ev = evaluate(problem, res.plan)
+        split = ev.period_ms / ev.latency_ms - 2 * program.model(k, node_rule).window_room((u1, u2))
+        if split <= u1 and improved:         # the plan found lies at the low end: search again below it
             cuts = []
-        elif r2 - r1 <= 1e-9 * max(1.0, abs(r2)):
+        elif u2 - u1 <= 1e-9:
             stuck.append(new_lb)
             continue
-        else:                                # at the plan (Dinkelbach's step) and halfway (bisection)
-            cuts = sorted({c for c in (mid, split) if r1 < c < r2})
-        ends = [r1, *cuts, r2]
+        else:                                # just below the plan (Dinkelbach's step) and halfway
+            cuts = sorted({c for c in ((u1 + u2) / 2, split) if u1 < c < u2})
+        ends = [u1, *cuts, u2]
         for a, b in zip(ends, ends[1:]):
-            heapq.heappush(heap, (new_lb, k, a, b))
+            heapq.heappush(heap, (new_lb, k, a, b, FIRST_SLICE_S))
     open_lbs = [h[0] for h in heap] + stuck
     out.lower = min([out.value] + open_lbs + done)
     out.proven = math.isfinite(out.value) and out.lower >= out.value * (1 - SS_GAP) and not stuck
@@ -464,7 +454,7 @@ def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective
     source = "chain models (" + ("steady-state search" if goal == "energy_ss" else backend) + ")"
     if answer.proven and goal != "energy_ss" and backend != "cpsat":   # as milp.py reports a HiGHS optimum
         lower, source = answer.value / AXIS_SCALE[goal], "chain MILP optimum (HiGHS)"
-    if not answer.proven and not caps and goal != "energy_ss":
+    if not answer.proven:       # the analytic bounds hold under any caps
         analytic = best_analytic(problem).get(KEYS[goal])
         if analytic is not None and analytic.value > lower:
             lower, source = analytic.value, analytic.source

@@ -18,13 +18,16 @@ transfers, input/output phases by the first/last unit's level).
   more segments (``cold[i] = on[i, p] and not on[i-1, p]``, ``sum cold >= 2``), one stage, and
   "not every unit on p".
 
-Integers: times in ``TICK`` units (10 ns), energies in mW x tick; each entry is rounded to the
-nearest unit, and ``slack`` bounds by how much a plan's model value can differ from the
-evaluator's (one rounding per unit and per transfer). Every constraint a caller adds is relaxed
-by that slack, so the model holds every plan that meets it; every lower bound it reports is the
-model's less the slack (``lower`` of :class:`ChainOutcome`), so it holds for the evaluator's
-values. A weighted objective (the steady-state energy search) has its weights scaled to integers
-and rounded down, which only lowers the bound.
+Integers: times in ``TICK`` units (10 ns), energies in ``ETICK`` units (10 nJ); each entry is
+rounded to the nearest unit, and ``slack`` bounds by how much a plan's model value can differ
+from the evaluator's (one rounding per unit and per transfer). Every constraint a caller adds is
+relaxed by that slack, so the model holds every plan that meets it; every lower bound it reports
+is the model's less the slack (``lower`` of :class:`ChainOutcome`), so it holds for the
+evaluator's values. A weighted objective (the steady-state energy search) has its weights scaled
+to integers and rounded down, which only lowers the bound.
+
+Cuts the solver cannot see by itself: a PU's units and the transfers into them lie in one stage
+(``P >= `` that load per PU), and a plan has at most ``stages`` stages (``stages x P >= L``).
 """
 from __future__ import annotations
 
@@ -204,24 +207,22 @@ class CpChainModel:
     # ------------------------------------------------------------------ solving
 
     def solve(self, weights: dict[str, float], *, caps: dict[str, float] | None = None,
-              window: tuple[str, float, float] | None = None, cutoff: float | None = None,
+              window: tuple[float, float] | None = None, cutoff: float | None = None,
               hint: Plan | None = None, strict: bool = False, time_limit: float | None,
               work_limit: float | None = None, threads: int = 1, seed: int = 0) -> ChainOutcome:
         """Minimise ``sum weights[axis] x axis`` (period/latency ms, energy uJ) over the plans of
-        this variant with ``axis <= caps[axis]``, a ratio in ``window`` (("power", lo, hi): energy /
-        latency in mW; ("share", lo, hi): period / latency), and (when given) a weighted value
-        below ``cutoff``. Caps, window and cutoff are relaxed by the rounding slack, so no plan
-        that meets them is lost: a plan the model returns may exceed a cap by that slack (the
-        caller checks plans with the evaluator). ``strict``: caps tightened by the slack instead,
-        so every plan found meets them (its bound then holds for fewer plans).
-
-        A weighted objective is scaled to integers by K and rounded down, losing up to one unit
-        per variable and K: with a power window [lo, hi] the energy enters as its excess over
-        lo x latency (at most (hi - lo) x latency, small once the window is narrow)."""
+        this variant with ``axis <= caps[axis]``, the share period / latency in ``window``
+        (lo, hi), and (when given) a weighted value below ``cutoff``. Caps, window and cutoff are
+        relaxed by the rounding slack, so no plan that meets them is lost: a plan the model
+        returns may exceed a cap by that slack (the caller checks plans with the evaluator).
+        ``strict``: caps tightened by the slack instead, so every plan found meets them (its
+        bound then holds for fewer plans). A weighted objective is scaled to integers by K and
+        rounded down (:meth:`_scaled`): its bound stays valid, looser by at most one unit per
+        variable over K."""
         from ortools.sat.python import cp_model
         m = self.m.Clone()
         var = {k: m.GetIntVarFromProtoIndex(x.Index()) for k, x in self.vars.items()}
-        top, slack = dict(self.top), dict(self.slack)
+        top, slack = dict(self.top), self.slack
         for axis, cap in (caps or {}).items():    # as the variable's domain (the scaling below uses it)
             room = -slack[axis] if strict else slack[axis]
             top[axis] = min(top[axis], max(-1, math.floor(cap * SCALE[axis] + room + 1e-6)))
@@ -233,27 +234,9 @@ class CpChainModel:
         top["latency"] = min(top["latency"], self.stages * top["period"])
         model_w = {axis: w / SCALE[axis] for axis, w in weights.items()}     # per model unit
         margin = sum(abs(w) * slack[axis] for axis, w in model_w.items())   # model vs evaluator
-        offset = 0.0                  # model objective units the rewritten objective leaves out
-        s_t, s_e = slack["latency"], slack["energy"]
-        if window is not None and window[0] == "power":
-            _, lo, hi = window        # e_k E_m against rho ET L_m, rho in 1e-3 mW
-            lo_k, hi_k = math.floor(lo * 1000), math.ceil(hi * 1000)
-            e_k, et = round(1000 * TICK), round(ETICK)
-            m_lo = math.ceil(1000 * (lo * ETICK * s_t + TICK * s_e))
-            m_hi = math.ceil(1000 * (hi * ETICK * s_t + TICK * s_e))
-            # excess = e_k E_m - lo_k ET L_m + m_lo >= 0; e_k E_m <= hi_k ET L_m + m_hi
-            top["excess"] = (hi_k - lo_k) * et * top["latency"] + m_hi + m_lo
-            var["excess"] = m.NewIntVar(0, top["excess"], "excess")
-            m.Add(var["excess"] == e_k * var["energy"] - lo_k * et * var["latency"] + m_lo)
-            m.Add(e_k * var["energy"] <= hi_k * et * var["latency"] + m_hi)
-            w_e = model_w.pop("energy", 0.0)
-            if w_e:                   # w_e E_m = (w_e / e_k) (excess + lo_k ET L_m - m_lo)
-                model_w["excess"] = w_e / e_k
-                model_w["latency"] = model_w.get("latency", 0.0) + w_e * lo_k * et / e_k
-                offset = -w_e * m_lo / e_k
-        elif window is not None:
-            _, lo, hi = window        # 1e6 P_m against share L_m
-            s_p = slack["period"]
+        if window is not None:        # 1e6 P_m against share x L_m, relaxed by the slack
+            lo, hi = window
+            s_p, s_t = slack["period"], slack["latency"]
             m.Add(1_000_000 * var["period"] >= math.floor(lo * 1e6) * var["latency"]
                   - math.ceil(1e6 * (s_p + lo * s_t)))
             m.Add(1_000_000 * var["period"] <= math.ceil(hi * 1e6) * var["latency"]
@@ -261,7 +244,7 @@ class CpChainModel:
         scale, coef = self._scaled(model_w, top)
         objective = sum(c * var[axis] for axis, c in coef.items())
         if cutoff is not None:
-            m.Add(objective <= math.floor(scale * (cutoff + margin - offset)))
+            m.Add(objective <= math.floor(scale * (cutoff + margin)))
         m.Minimize(objective)
         if hint is not None:
             self._hint(m, hint)
@@ -280,18 +263,15 @@ class CpChainModel:
         if status in ("optimal", "feasible", "unknown"):
             best = solver.BestObjectiveBound()
             if math.isfinite(best):
-                lower = math.ceil(best - 1e-6) / scale + offset - margin
+                lower = math.ceil(best - 1e-6) / scale - margin
         work = work_done(solver)
         return ChainOutcome(status, plan, lower, work, stopped_by(status, work, work_limit))
 
-    def window_room(self, window: tuple[str, float, float]) -> float:
-        """By how much a plan's ratio may lie beyond the ends of ``window`` in :meth:`solve`
-        (the rounding slack over the least latency, the ends rounded to 1e-3 mW or 1e-6)."""
-        kind, _, hi = window
+    def window_room(self, window: tuple[float, float]) -> float:
+        """By how much a plan's share may lie beyond the ends of ``window`` in :meth:`solve`
+        (the rounding slack over the least latency, the ends rounded to 1e-6)."""
         latency = max(1.0, self.min_latency)
-        if kind == "power":
-            return (hi * self.slack["latency"] + self.slack["energy"] * TICK / ETICK) / latency + 2e-3
-        return (self.slack["period"] + hi * self.slack["latency"]) / latency + 2e-6
+        return (self.slack["period"] + window[1] * self.slack["latency"]) / latency + 2e-6
 
     @staticmethod
     def _scaled(weights: dict[str, float], top: dict[str, int]) -> tuple[float, dict[str, int]]:

@@ -7,7 +7,7 @@ decisions and constraints as ``cpsat_chain.py``, in continuous time (ms) and ene
 * ``b[i]``: a stage starts at unit i; ``pre[i, p] >= on[j, p]`` for j < i, ``suf[i, p] >= on[j, p]``
   for j >= i, ``b[i] + pre + suf <= 2`` (one stage per PU);
 * ``R[i] >= R[i-1] + c[i] - H b[i]``, ``R[i] >= c[i]``, ``P >= R[i]``, ``L = sum c``, ``E = sum e``,
-  ``stages x P >= L``; the variant's segment rules as in the CP-SAT model.
+  ``stages x P >= L``, ``P >=`` each PU's load; the variant's segment rules as in the CP-SAT model.
 
 HiGHS runs without presolve: HiGHS 1.16's presolve cut off the optimum of a 4-unit chain (energy
 capped 5% above it: 19.168 mJ "optimal" against 18.291 mJ; with presolve off, read back from an
@@ -56,6 +56,7 @@ class MilpChainModel:
               for i, (row, opts) in enumerate(zip(self.a, v.options))]
         pk = {p: j for j, p in enumerate(dict.fromkeys(p for ps in v.pus for p in ps))}
         cost_t, cost_e = [], []
+        cost_on: dict[str, list] = {}      # PU -> its units' times and the transfers into them
         for i in paced(range(n), deadline):
             terms_t = [o.time * lit for o, lit in zip(v.options[i], self.a[i])]
             terms_e = [o.energy * lit for o, lit in zip(v.options[i], self.a[i])]
@@ -73,6 +74,10 @@ class MilpChainModel:
                 terms_t += [t * y[key] for key, (t, _) in v.arcs[i].items()]
                 terms_e += [e * y[key] for key, (_, e) in v.arcs[i].items()]
             cost_t.append(pulp.lpSum(terms_t))
+            for k, o in enumerate(v.options[i]):
+                cost_on.setdefault(o.pu, []).append(o.time * self.a[i][k])
+            for (q, k), (t, _) in (v.arcs[i].items() if i else ()):
+                cost_on.setdefault(v.options[i][k].pu, []).append(t * y[(q, k)])
             cost_e.append(pulp.lpSum(terms_e))
         H = sum(max(o.time for o in v.options[i]) + max((t for t, _ in v.arcs[i].values()), default=0.0)
                 for i in range(n))
@@ -95,6 +100,8 @@ class MilpChainModel:
         prob += self.energy == pulp.lpSum(cost_e)
         self.stages = 1 if v.single_stage else min(len(pk), max_stages or n)
         prob += self.stages * self.period >= self.latency
+        for p in pk:                       # a PU's units and inflows lie in one stage
+            prob += self.period >= pulp.lpSum(cost_on.get(p, []))
         self._segments(on, n)
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}
         self.min_latency = sum(min(o.time for o in opts) for opts in v.options)
@@ -148,12 +155,12 @@ class MilpChainModel:
             if all(p in on[i] for i in range(n)):
                 prob += pulp.lpSum(on[i][p] for i in range(n)) <= n - 1
 
-    def window_room(self, window: tuple[str, float, float]) -> float:
-        """By how much a plan's ratio may lie beyond the ends of ``window`` in :meth:`solve`."""
-        return 2 * CAP_ROOM * max(1.0, window[2]) + 1e-6
+    def window_room(self, window: tuple[float, float]) -> float:
+        """By how much a plan's share may lie beyond the ends of ``window`` in :meth:`solve`."""
+        return 2 * CAP_ROOM + 1e-9
 
     def solve(self, weights: dict[str, float], *, caps: dict[str, float] | None = None,
-              window: tuple[str, float, float] | None = None, cutoff: float | None = None, hint: Plan | None = None,
+              window: tuple[float, float] | None = None, cutoff: float | None = None, hint: Plan | None = None,
               strict: bool = False, time_limit: float | None, work_limit: float | None = None, threads: int = 1,
               seed: int = 0, node_limit: int | None = None) -> ChainOutcome:
         """As ``CpChainModel.solve``; ``work_limit`` is not used (HiGHS has no deterministic clock),
@@ -163,11 +170,10 @@ class MilpChainModel:
         for axis, cap in (caps or {}).items():
             room = -CAP_ROOM if strict else CAP_ROOM
             extra.append(self.vars[axis] <= cap * (1 + room) + room)
-        if window is not None:
-            kind, lo, hi = window
-            ratio = self.energy if kind == "power" else self.period
-            extra.append(ratio >= lo * (1 - CAP_ROOM) * self.latency - CAP_ROOM)
-            extra.append(ratio <= hi * (1 + CAP_ROOM) * self.latency + CAP_ROOM)
+        if window is not None:            # the share period / latency
+            lo, hi = window
+            extra.append(self.period >= lo * (1 - CAP_ROOM) * self.latency - CAP_ROOM)
+            extra.append(self.period <= hi * (1 + CAP_ROOM) * self.latency + CAP_ROOM)
         objective = pulp.lpSum(w * self.vars[axis] for axis, w in weights.items())
         if cutoff is not None:
             extra.append(objective <= cutoff + CAP_ROOM * abs(cutoff))

@@ -216,31 +216,30 @@ def _consider(program: ChainProgram, plan: Plan | None, objective: str, caps: di
     return True
 
 
-POLISH_SHARE = 0.05     # of the time left that one polish may take (at most POLISH_S)
-POLISH_S = 2.0
+POLISH_EVALS = 5000     # evaluations one polish may take: a count, so runs stay the same on any machine load
 
 
 def polished(program: ChainProgram, plan: Plan, objective: str, caps: dict) -> Plan:
     """``plan`` after a greedy descent over its units' DVFS levels (placement and stages kept):
     any single level change that lowers ``objective`` and keeps the caps is taken, until none
-    does or its time share is spent. A primal heuristic only: every plan it returns is scored by
-    the evaluator, and the search's bounds do not depend on it. It finds the steady-state
-    energy's incumbents early, which lets its branch and bound refute intervals sooner."""
+    does or ``POLISH_EVALS`` evaluations are spent. A primal heuristic only: every plan it
+    returns is scored by the evaluator, and the search's bounds do not depend on it. It finds the
+    steady-state energy's incumbents early, which lets its branch and bound refute intervals
+    sooner."""
     problem, prof = program.problem, program.problem.profile
-    left = program.deadline.remaining()
-    stop = Deadline(POLISH_S if left is None else min(POLISH_S, POLISH_SHARE * left))
     place = plan.placement()
     names = [u.name for u in problem.units]
     levels = {u: prof.level(place[u][1], plan.levels.get(u, "max")) for u in names}
     best = value(evaluate(problem, plan, check=False), objective)
-    improved = True
-    while improved and not stop.expired():
+    budget, improved = POLISH_EVALS, True
+    while improved and budget > 0:
         improved = False
         for i, u in enumerate(names):
             pu = place[u][1]
             for lv in prof.pus[pu].levels:
-                if lv == levels[u] or prof.time(i, pu, lv) is None:
+                if lv == levels[u] or prof.time(i, pu, lv) is None or budget <= 0:
                     continue
+                budget -= 1
                 trial = dataclasses.replace(plan, levels={**levels, u: lv})
                 ev = evaluate(problem, trial, check=False)
                 if meets(ev, caps) and value(ev, objective) < best * (1 - 1e-12):

@@ -144,7 +144,33 @@ def markdown(records: list[dict], meta: dict) -> str:
             cells.append(f"{top['value']:.0f}{mark(top)} / {dv['value']:.0f}{mark(dv)}"
                          if top.get("value") is not None and dv.get("value") is not None else "-")
         lines.append(f"| {rec['network']} | " + " | ".join(cells) + " |")
-    lines += ["", "(* not proven within the time limit: the best plan found.)", ""]
+    lines += ["", "(* not proven within the time limit: the best plan found.)", "",
+              "The DVFS front's plans (the caps they are optimal at; one stage with every block on the NPU is the "
+              "whole network as one compiled graph, `Profile.whole_graph`):", ""]
+    for rec in records:
+        seen: dict[str, list[str]] = {}
+        for r in rec["front"]:
+            if r["dvfs"] and r.get("value") is not None:
+                seen.setdefault(f"`{r['mapping']}` ({r['stages']} stage{'s' if r['stages'] > 1 else ''})",
+                                []).append(f"x{r['factor']:g}")
+        lines.append(f"- {rec['network']}: " + "; ".join(f"{m} at {', '.join(f)}" for m, f in seen.items()))
+    lines += ["", "## Method", "",
+              "- Chains with disjoint PU sets go to the chain models (solvers/mapping/chain_search.py, "
+              "cpsat_chain.py, milp_chain.py): per block a PU, a DVFS level and a stage; every time and energy "
+              "the evaluator counts belongs to one block (its time, the copy into it scaled by its own level, "
+              "the input/output phase by the first/last block's level).",
+              "- NPU re-entry: the plans split into 'the NPU holds one segment' (no penalty) and 'two or more "
+              "segments' (the first block of each is cold, (1 + k) x its time); the whole-graph plan (every "
+              "block on the NPU, one stage, share r of the time) is a third part. Each part scores its plans "
+              "exactly and the parts cover every plan once, so the optimum is the least of the parts' optima "
+              "(solvers/mapping/chain_options.py).",
+              "- Levels: per block and PU the levels no plan can need are dropped, exactly (for period, latency, "
+              "energy: slower and not cheaper, for every PU the copy may come from; for the steady-state energy "
+              "a stricter rule, because a slower block lowers the average power, chain_options.py).",
+              "- Steady-state energy: E_ss = gamma P_s P + (gamma + (1 - gamma) u) E - gamma P_s L with "
+              "u = P / L; a branch and bound over intervals of u with a linear lower bound per interval, closed "
+              "to a relative gap of 1e-4 (chain_search.py).",
+              ""]
     unproven = [(rec["network"], r) for rec in records for r in [rec["period"], *rec["at_p_star"]]
                 if r["quality"] != "proven_optimal"]
     lines += ["## Not proven within the limit", ""]

@@ -157,6 +157,8 @@ def test_random_tiny_chains_match_brute_force(seed):
     problem = chain(times, powers, reentry=rng.choice([0.0, 2.0]), whole=rng.choice([0.0, 0.5]),
                     static=rng.uniform(300, 900), share=rng.uniform(0.0, 1.0))
     plans = brute_force.scored_plans(problem, dvfs=True)
+    for key, bounds in certified_bounds(problem).items():
+        assert all(b.value <= min(getattr(ev, key) for ev, _ in plans) * (1 + 1e-9) for b in bounds), key
     for objective in ("period", "energy_ss"):
         r = pipeplan.solve(problem, "cpsat", objective=objective, dvfs=True, time_limit=30)
         assert r.quality is Quality.PROVEN_OPTIMAL, r.message

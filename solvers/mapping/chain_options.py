@@ -302,3 +302,17 @@ def option_index(v: Variant, i: int, pu: str, level: str, cold: bool) -> int | N
         if o.pu == pu and o.level == level and o.cold == cold:
             return k
     return None
+
+
+def plan_options(v: Variant, problem, plan) -> list[int | None]:
+    """Per unit, the index of ``plan``'s option in ``v`` (None where the variant lacks it): the
+    warm start both chain models hint."""
+    place = plan.placement()
+    prof = problem.profile
+    units = [u.name for u in problem.units]
+    out = []
+    for i, u in enumerate(units):
+        pu = place[u][1]
+        cold = pu in v.many_segments and (i == 0 or place[units[i - 1]][1] != pu)
+        out.append(option_index(v, i, pu, prof.level(pu, plan.levels.get(u, "max")), cold))
+    return out

@@ -216,15 +216,8 @@ class MilpChainModel:
 
     def _hint(self, plan: Plan) -> None:
         """``plan``'s options as the start (a partial start: HiGHS completes it)."""
-        from pipeplan.solvers.mapping.chain_options import option_index
-        place = plan.placement()
-        prof = self.problem.profile
-        units = [u.name for u in self.problem.units]
-        for i, u in enumerate(units):
-            pu = place[u][1]
-            level = prof.level(pu, plan.levels.get(u, "max"))
-            cold = pu in self.variant.many_segments and (i == 0 or place[units[i - 1]][1] != pu)
-            k = option_index(self.variant, i, pu, level, cold)
+        from pipeplan.solvers.mapping.chain_options import plan_options
+        for i, k in enumerate(plan_options(self.variant, self.problem, plan)):
             if k is None:
                 return
             for j, lit in enumerate(self.a[i]):

@@ -1,16 +1,28 @@
-"""Discrete-event simulator of one round: a continuous-batching rollout engine fed by an
-admission policy, and the trainer. The single source of truth for every figure of a rollout
-solver (policies run in it; offline plans are replayed in it).
+"""Discrete-event simulator of rollout rounds: continuous-batching rollout engines (one, or
+several data-parallel replicas behind a router) fed by an admission policy, and the trainer.
+The single source of truth for every figure of a rollout solver (policies run in it; offline
+plans are replayed in it).
 
 Engine semantics (see ``EngineModel``): decisions happen at step boundaries when something
-happened (a request finished or was retracted, a prefill ended, or the policy asked to wake
-up). At a decision the policy lists waiting requests in priority order and the engine admits
-them in that order while they fit, stopping at the first that does not (no overtaking).
-Admitted requests are prefilled (stalling decode), then every decode step gives each running
-request one token. Between two decisions the batch is fixed, so the time of ``g`` steps is
-exact in closed form: ``g*(c0 + c1*b + c2*kv0) + c2*b*g*(g-1)/2`` (the KV grows by b tokens a
-step). The engine's own queue is FCFS in arrival order; retracted requests rejoin at its tail.
-The simulator has no randomness of its own (seeds live in the workload).
+happened on that replica (a request finished or was retracted, a prefill ended, requests
+arrived, or the policy asked to wake up). At a decision the policy lists waiting requests in
+priority order and the engine admits them in that order while they fit, stopping at the first
+that does not (no overtaking) unless priority preemption lets it displace running requests of
+lower priority. Admitted requests are prefilled (stalling decode), then every decode step gives
+each running request one token. Between two decisions the batch is fixed, so the time of ``g``
+steps is exact in closed form: ``g*(c0 + c1*b + c2*kv0) + c2*b*g*(g-1)/2`` (the KV grows by b
+tokens a step). Each replica's own queue is FCFS in arrival order; retracted requests rejoin at
+its tail (SGLang) or head (vLLM).
+
+Replicas run side by side on one clock: the loop always advances the replica whose next
+decision is earliest, and a replica's decode run is applied only when its turn comes, so every
+policy decision sees exactly the events before it. A replica decides at its own events only;
+an event elsewhere (a group completing on another replica) wakes a replica only if it is idle.
+
+Rounds (``RolloutProblem.rounds``): round r's requests arrive when the weights they may use are
+published, i.e. at the publish of round r - 1 - staleness (at 0 for the first 1 + staleness
+rounds); the trainer trains each round after the previous one's publish. The simulator has no
+randomness of its own (seeds live in the workload).
 """
 from __future__ import annotations
 
@@ -21,10 +33,10 @@ from typing import Iterable
 
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.schedule import Schedule
-from pipeplan.formulations.rollout.trainer import trainer_updates
+from pipeplan.formulations.rollout.trainer import round_updates, trainer_updates
 
 EPS = 1e-9  # seconds; how close two event times must be to count as the same instant
-WAITING, RUNNING, FINISHED = 0, 1, 2
+WAITING, RUNNING, FINISHED, HELD = 0, 1, 2, 3   # HELD: its round has not arrived yet
 
 
 class PolicyStalled(RuntimeError):
@@ -33,19 +45,32 @@ class PolicyStalled(RuntimeError):
 
 class Policy:
     """An admission policy, in the scikit-learn manner: parameters in ``__init__``, ``reset``
-    at the start of a round, then ``decide(state)`` at every engine decision. ``trainer`` says
-    how the trainer consumes groups (``stream``, ``sync`` or ``planned``)."""
+    at the start of a run, then ``decide(state)`` at every engine decision. ``trainer`` says
+    how the trainer consumes groups (``stream``, ``sync`` or ``planned``); ``staleness`` how
+    many weight versions a request may lag behind its round (0: on-policy)."""
 
     name = "policy"
     trainer = "stream"
+    staleness = 0
 
     def reset(self, problem: RolloutProblem) -> None:
         self.problem = problem
 
     def decide(self, state: "EngineState") -> Iterable[int]:
         """Waiting requests in priority order (lazily: the engine stops at the first that does
-        not fit); requests that are not waiting are skipped by the engine."""
+        not fit); requests that are not waiting on the deciding replica are skipped."""
         raise NotImplementedError
+
+    def priority(self, state: "EngineState", i: int) -> int:
+        """Request i's priority class, lower first; only used with the engine's
+        ``priority_preemption``, where a waiting request may preempt running ones of a later
+        class."""
+        return 0
+
+    def victim_order(self, state: "EngineState", running: list[int]) -> list[int] | None:
+        """The running requests in the order to retract them, or None for the engine's rule;
+        only used with the engine's ``policy_victims``."""
+        return None
 
     def next_wakeup(self, state: "EngineState") -> float | None:
         """A time after ``state.last_decision_s`` at which to decide again even if nothing
@@ -64,9 +89,10 @@ class Policy:
 
 @dataclass(frozen=True)
 class Segment:
-    """One stay of a request in the running batch: admitted at ``admit_s`` (decode step
-    ``admit_step``) with ``generated_before`` tokens already made, until ``end_s`` (step
-    ``end_step``), where it finished or was retracted."""
+    """One stay of a request in a replica's running batch: admitted at ``admit_s`` (that
+    replica's decode step ``admit_step``) with ``generated_before`` tokens already made, on
+    weights ``version``, until ``end_s`` (step ``end_step``), where it finished or was
+    retracted."""
 
     request: int
     admit_s: float
@@ -75,69 +101,101 @@ class Segment:
     end_step: int
     generated_before: int
     finished: bool
+    replica: int = 0
+    version: int = 0
+
+
+class Replica:
+    """One engine's own state: clock, decode steps, running batch, KV, queue."""
+
+    def __init__(self, index: int, ratio_init: float):
+        self.index = index
+        self.t = 0.0                        # when this replica decides next (inf: idle until woken)
+        self.steps = 0
+        self.running = 0
+        self.waiting = 0
+        self.base_sum = 0                   # prompts (once per group with sharing) + generated_before
+        self.admit_step_sum = 0
+        self.reserved = 0                   # reserved footprints of the running requests (reserve)
+        self.ratio_set, self.ratio_set_step = ratio_init, 0
+        self.queue: list[tuple[int, int]] = []   # FCFS: (request, epoch)
+        self.front: list[tuple[int, int]] = []   # vLLM: preempted requests, head of the queue
+        self.cursor = 0
+        self.heap: list[tuple[int, int, int]] = []   # (finish step, request, admission number)
+        self.open: dict[int, tuple[float, int, int, int]] = {}  # request -> (admit s, step, made, version)
+        self.group_running: dict[int, int] = {}      # prefix sharing: running samples per group
+        self.chunk: tuple[float, int, float, int] | None = None  # decode run not yet applied
+        self.outstanding = 0                # routed and unfinished (least-load routing)
+
+    def active_kv(self) -> int:
+        return self.base_sum + self.running * self.steps - self.admit_step_sum
 
 
 class EngineState:
-    """What a policy may look at: the clock, each request's status (waiting, running,
-    finished), how many requests of each group are unfinished, and the engine's load."""
+    """What a policy may look at: the clock, each request's status, how many requests of each
+    group are unfinished, the published weight version, and the deciding replica's load
+    (``running``, ``active_kv()``, ``native_queue()``)."""
 
-    def __init__(self, problem: RolloutProblem):
+    def __init__(self, problem: RolloutProblem, replicas: list[Replica]):
         self.problem = problem
         n = problem.n_requests
         self.t = 0.0
         self.last_decision_s = -math.inf
-        self.status = [WAITING] * n
+        self.status = [HELD] * n
         self.admissions = [0] * n           # how many times each request was admitted
         self.group_left = [problem.K] * problem.R
         self.groups_done = 0
-        self.steps = 0                      # decode steps run so far
         self.admit_step = [0] * n
         self.generated_before = [0] * n     # tokens made before the current stay in the batch
-        self.running = 0
-        self.waiting = n
-        self.base_sum = 0                   # prompt + generated_before over the running requests
-        self.admit_step_sum = 0
-        self.reserved = 0                   # reserved footprints of the running requests (reserve)
-        self.ratio_set = problem.engine.reserve_ratio_init   # on_demand: ratio when last reset...
-        self.ratio_set_step = 0                                 # ...and the step it was reset at
-        self._queue = [(i, 0) for i in problem.native_order]   # engine FCFS queue: (request, epoch)
-        self._epoch = [0] * n
-        self._queue_cursor = 0
+        self.replica_of = [0] * n
+        self.replicas = replicas
+        self.replica = replicas[0]
+        self.version = 0                    # weights published so far
+        self.waiting = 0
+        self.epoch = [0] * n                # queue entries of older stays are stale
+
+    @property
+    def running(self) -> int:
+        return self.replica.running
+
+    @property
+    def steps(self) -> int:
+        return self.replica.steps
 
     def active_kv(self) -> int:
-        """KV tokens in use now (prompts plus tokens generated so far, running requests)."""
-        return self.base_sum + self.running * self.steps - self.admit_step_sum
+        """KV tokens in use now on the deciding replica."""
+        return self.replica.active_kv()
 
     def generated(self, i: int) -> int:
         if self.status[i] == RUNNING:
-            return self.generated_before[i] + self.steps - self.admit_step[i]
+            return self.generated_before[i] + self.replicas[self.replica_of[i]].steps - self.admit_step[i]
         return self.problem.lengths[i] if self.status[i] == FINISHED else self.generated_before[i]
 
     def remaining_tokens(self, i: int) -> int:
         return self.problem.lengths[i] - self.generated(i)
 
     def reserve_ratio(self) -> float:
-        e = self.problem.engine
+        e, r = self.problem.engine, self.replica
         decay = (e.reserve_ratio_init - e.reserve_ratio_min) / e.reserve_ratio_decay_steps
-        return max(e.reserve_ratio_min, self.ratio_set - decay * (self.steps - self.ratio_set_step))
+        return max(e.reserve_ratio_min, r.ratio_set - decay * (r.steps - r.ratio_set_step))
 
     def native_queue(self):
-        """The waiting requests in the engine's own FCFS order (arrival order, retracted
-        requests at the tail)."""
-        q, status, epoch = self._queue, self.status, self._epoch
-        while self._queue_cursor < len(q):
-            i, e = q[self._queue_cursor]
+        """The deciding replica's waiting requests in its own order (arrival order; retracted
+        requests at the tail, or preempted ones at the head with vLLM's rule)."""
+        r, status, epoch = self.replica, self.status, self.epoch
+        if r.front:
+            r.front = [(i, e) for i, e in r.front if status[i] == WAITING and epoch[i] == e]
+            yield from [i for i, _ in r.front]
+        q = r.queue
+        while r.cursor < len(q):
+            i, e = q[r.cursor]
             if status[i] == WAITING and epoch[i] == e:
                 break
-            self._queue_cursor += 1
-        for j in range(self._queue_cursor, len(q)):
+            r.cursor += 1
+        for j in range(r.cursor, len(q)):
             i, e = q[j]
             if status[i] == WAITING and epoch[i] == e:
                 yield i
-
-    def requeue(self, i: int) -> None:
-        self._epoch[i] += 1
-        self._queue.append((i, self._epoch[i]))
 
 
 def decode_time(engine, b: int, kv0: float, g: int) -> float:
@@ -162,178 +220,375 @@ class _Engine:
 
     def __init__(self, problem: RolloutProblem, policy: Policy):
         self.p, self.policy = problem, policy
-        self.eng = problem.engine
-        self.on_demand = self.eng.kv_mode == "on_demand"
-        self.st = EngineState(problem)
+        self.eng = eng = problem.engine
+        self.on_demand = eng.kv_mode == "on_demand"
+        self.sharing = eng.prefix_sharing
+        self.replicas = [Replica(k, eng.reserve_ratio_init) for k in range(eng.replicas)]
+        self.st = st = EngineState(problem, self.replicas)
+        self.epoch = st.epoch
         n = problem.n_requests
         self.lengths, self.prompts = problem.lengths, problem.prompts
+        self.K = problem.K
         self.max_new = problem.max_new_tokens
         self.finish_s = [math.nan] * n
         self.first_admit_s = [math.nan] * n
+        self.version_of = [-1] * n                     # version of a request's first stay
         self.group_complete = [math.nan] * problem.R
         self.admissions: list[tuple[int, float]] = []
+        self.admit_seq = [0] * n                       # global admission counter (vLLM's rule)
         self.segments: list[Segment] = []
-        self.open: dict[int, tuple[float, int, int]] = {}    # request -> (admit time, step, generated before)
-        self.heap: list[tuple[int, int, int]] = []            # (finish step, request, admission number)
         self.decisions = self.retractions = 0
+        self.routed = 0
+        self.group_replica: dict[int, int] = {}
+        # rounds: arrivals at publishes; trainer schedules computed as rounds complete
+        self.staleness = int(getattr(policy, "staleness", 0))
+        self.round_left = [problem.groups_per_round] * problem.rounds
+        self.updates: list[list] = [[] for _ in range(problem.rounds)]
+        self.publishes: list[tuple[float, float] | None] = [None] * problem.rounds
+        self.events: list[tuple[float, int]] = []     # (time, round published) pending publishes
+        self.trained = 0                               # rounds whose trainer schedule is known
+        for r in range(min(problem.rounds, 1 + self.staleness)):
+            self.release(r)
+
+    # -- arrivals and routing -----------------------------------------------------------
+    def release(self, r: int) -> None:
+        """Round r's requests arrive: each is routed to a replica's queue, in arrival order."""
+        st, per = self.st, self.p.groups_per_round * self.K
+        for i in self.p.native_order:
+            if r * per <= i < (r + 1) * per:
+                k = self.route(i)
+                st.replica_of[i] = k
+                st.status[i] = WAITING
+                st.waiting += 1
+                rep = self.replicas[k]
+                rep.queue.append((i, 0))
+                rep.waiting += 1
+                rep.outstanding += 1
+
+    def route(self, i: int) -> int:
+        n, rule = len(self.replicas), self.eng.router
+        if n == 1:
+            return 0
+        if rule == "round_robin":
+            self.routed += 1
+            return (self.routed - 1) % n
+        g = i // self.K
+        if rule == "group_affinity" and g in self.group_replica:
+            return self.group_replica[g]
+        k = min(self.replicas, key=lambda r: (r.outstanding, r.index)).index
+        self.group_replica[g] = k
+        return k
 
     # -- capacity -----------------------------------------------------------------------
     def _future(self, i: int, generated: int, ratio: float) -> float:
         """on_demand: the KV request i is expected to still need."""
         return ratio * min(self.max_new - generated, self.eng.reserve_clip_tokens)
 
-    def start_decision(self) -> None:
+    def _prompt_cost(self, rep: Replica, i: int) -> int:
+        """The prompt KV request i adds on ``rep`` (none when its group's prompt is shared there)."""
+        return 0 if self.sharing and rep.group_running.get(i // self.K, 0) else self.prompts[i]
+
+    def start_decision(self, rep: Replica) -> None:
         """Fix what admissions are checked against at this decision (on_demand)."""
         if self.on_demand:
             st = self.st
             self.ratio = ratio = st.reserve_ratio()
             # _future(i, st.generated(i), ratio) inlined (every open request is running): the
             # sum over the batch at every decision is the simulator's hot loop
-            made, admitted, steps = st.generated_before, st.admit_step, st.steps
+            made, admitted, steps = st.generated_before, st.admit_step, rep.steps
             new, clip = self.max_new, self.eng.reserve_clip_tokens
-            self.projected = st.active_kv() + sum(ratio * min(new - (made[i] + steps - admitted[i]), clip)
-                                                  for i in self.open)
+            self.projected = rep.active_kv() + sum(ratio * min(new - (made[i] + steps - admitted[i]), clip)
+                                                   for i in rep.open)
 
-    def fits(self, i: int) -> bool:
+    def fits(self, rep: Replica, i: int) -> bool:
         st, eng = self.st, self.eng
-        if st.running + 1 > eng.max_num_seqs:
+        if rep.running + 1 > eng.max_num_seqs:
             return False
+        prompt = self._prompt_cost(rep, i)
         if not self.on_demand:
-            return st.reserved + self.prompts[i] + self.lengths[i] <= eng.kv_capacity_tokens
+            return rep.reserved + prompt + self.lengths[i] <= eng.kv_capacity_tokens
         gb = st.generated_before[i]
-        if self.projected + self.prompts[i] + gb + self._future(i, gb, self.ratio) > eng.kv_capacity_tokens:
+        if self.projected + prompt + gb + self._future(i, gb, self.ratio) > eng.kv_capacity_tokens:
             return False
         # the prefill must fit now, with room for the next decode step
-        step = st.running + (1 if self.lengths[i] > gb else 0)
-        return st.active_kv() + self.prompts[i] + gb + step <= eng.kv_capacity_tokens
+        step = rep.running + (1 if self.lengths[i] > gb else 0)
+        return rep.active_kv() + prompt + gb + step <= eng.kv_capacity_tokens
 
     # -- state changes ------------------------------------------------------------------
-    def admit(self, i: int) -> float:
-        st = self.st
+    def admit(self, rep: Replica, i: int) -> float:
+        st, eng = self.st, self.eng
+        prompt = self._prompt_cost(rep, i)
         st.status[i] = RUNNING
         st.admissions[i] += 1
         st.waiting -= 1
-        st.running += 1
+        rep.waiting -= 1
+        rep.running += 1
         if math.isnan(self.first_admit_s[i]):
             self.first_admit_s[i] = st.t
+            self.version_of[i] = st.version
         self.admissions.append((i, st.t))
+        self.admit_seq[i] = len(self.admissions)
         gb = st.generated_before[i]
-        self.open[i] = (st.t, st.steps, gb)
-        st.admit_step[i] = st.steps
-        st.admit_step_sum += st.steps
-        st.base_sum += self.prompts[i] + gb
-        st.reserved += self.prompts[i] + self.lengths[i]
+        rep.open[i] = (st.t, rep.steps, gb, st.version)
+        st.admit_step[i] = rep.steps
+        rep.admit_step_sum += rep.steps
+        rep.base_sum += prompt + gb
+        rep.reserved += prompt + self.lengths[i]
         if self.on_demand:
-            self.projected += self.prompts[i] + gb + self._future(i, gb, self.ratio)
-        heapq.heappush(self.heap, (st.steps + self.lengths[i] - gb, i, st.admissions[i]))
-        return self.eng.prefill_time(self.prompts[i] + gb)
+            self.projected += prompt + gb + self._future(i, gb, self.ratio)
+        g = i // self.K
+        rep.group_running[g] = rep.group_running.get(g, 0) + 1
+        heapq.heappush(rep.heap, (rep.steps + self.lengths[i] - gb, i, st.admissions[i]))
+        if gb and eng.resume == "swap":
+            return eng.swap_s_per_token * (self.prompts[i] + gb)
+        return eng.prefill_time(prompt + gb)
 
-    def _leave(self, i: int, finished: bool) -> None:
+    def _leave(self, rep: Replica, i: int, finished: bool) -> None:
         st = self.st
-        t0, step0, gb = self.open.pop(i)
-        self.segments.append(Segment(i, t0, st.t, step0, st.steps, gb, finished))
-        st.running -= 1
-        st.admit_step_sum -= st.admit_step[i]
-        st.base_sum -= self.prompts[i] + gb
-        st.reserved -= self.prompts[i] + self.lengths[i]
+        t0, step0, gb, version = rep.open.pop(i)
+        self.segments.append(Segment(i, t0, st.t, step0, rep.steps, gb, finished, rep.index, version))
+        rep.running -= 1
+        rep.admit_step_sum -= st.admit_step[i]
+        g = i // self.K
+        rep.group_running[g] -= 1
+        prompt = self.prompts[i] if not self.sharing or rep.group_running[g] == 0 else 0
+        rep.base_sum -= prompt + gb
+        rep.reserved -= prompt + self.lengths[i]
 
-    def finish_due(self) -> bool:
+    def finish_due(self, rep: Replica) -> bool:
         st, done = self.st, False
-        while self.heap and self.heap[0][0] <= st.steps:
-            _, i, nth = heapq.heappop(self.heap)
+        while rep.heap and rep.heap[0][0] <= rep.steps:
+            _, i, nth = heapq.heappop(rep.heap)
             if st.status[i] != RUNNING or st.admissions[i] != nth:
                 continue                                  # a stay that ended in a retraction
-            self._leave(i, True)
+            self._leave(rep, i, True)
             done = True
             st.status[i] = FINISHED
+            rep.outstanding -= 1
             self.finish_s[i] = st.t
-            g = i // self.p.K
+            g = i // self.K
             st.group_left[g] -= 1
             if st.group_left[g] == 0:
                 self.group_complete[g] = st.t
                 st.groups_done += 1
                 self.policy.on_group_complete(g, st.t)
+                self.wake_idle(st.t)
+                r = self.p.round_of(g)
+                self.round_left[r] -= 1
+                if self.round_left[r] == 0 and self.p.rounds > 1:
+                    self.train_rounds()
         return done
 
-    def retract(self) -> None:
-        """Free KV until ``retract_headroom_steps`` steps fit: fewest generated tokens first,
-        the latest admitted first among equals; then reset the reservation ratio."""
-        st, cap, h = self.st, self.eng.kv_capacity_tokens, self.eng.retract_headroom_steps
-        for i in sorted(self.open, key=lambda i: (st.generated(i), -st.admit_step[i], -i)):
-            if st.running <= 1 or st.active_kv() + st.running * h <= cap:
+    def victims(self, rep: Replica) -> list[int]:
+        """The running requests of ``rep`` in the order the engine retracts them."""
+        st = self.st
+        if self.eng.retract_rule == "vllm":
+            order = sorted(rep.open, key=lambda i: -self.admit_seq[i])
+        else:
+            order = sorted(rep.open, key=lambda i: (st.generated(i), -st.admit_step[i], -i))
+        if self.eng.policy_victims:
+            mine = self.policy.victim_order(st, order)
+            if mine is not None:
+                return list(mine)
+        return order
+
+    def preempt(self, rep: Replica, i: int) -> float:
+        """Take running request i out of ``rep``'s batch back to its queue; the swap-out time."""
+        st, eng = self.st, self.eng
+        st.generated_before[i] = st.generated(i)
+        self._leave(rep, i, False)
+        st.status[i] = WAITING
+        st.waiting += 1
+        rep.waiting += 1
+        self.epoch[i] += 1
+        if eng.retract_rule == "vllm":
+            rep.front.insert(0, (i, self.epoch[i]))
+        else:
+            rep.queue.append((i, self.epoch[i]))
+        self.retractions += 1
+        self.policy.on_retract(i, st.t)
+        return eng.swap_s_per_token * (self.prompts[i] + st.generated_before[i]) if eng.resume == "swap" else 0.0
+
+    def retract(self, rep: Replica) -> float:
+        """Free KV until ``retract_headroom_steps`` steps fit (one step with vLLM's rule), the
+        victims in the engine's (or the policy's) order; then reset the reservation ratio.
+        Returns the swap-out time."""
+        st, cap = self.st, self.eng.kv_capacity_tokens
+        h = self.eng.retract_headroom_steps if self.eng.retract_rule == "sglang" else 1
+        stall = 0.0
+        for i in self.victims(rep):
+            if rep.running <= 1 or rep.active_kv() + rep.running * h <= cap:
                 break
-            st.generated_before[i] = st.generated(i)
-            self._leave(i, False)
-            st.status[i] = WAITING
-            st.waiting += 1
-            st.requeue(i)
-            self.retractions += 1
-            self.policy.on_retract(i, st.t)
-        made = sum(st.generated(i) for i in self.open)
-        st.ratio_set = min(1.0, (made + h * st.running) / (self.max_new * st.running))
-        st.ratio_set_step = st.steps
+            stall += self.preempt(rep, i)
+        h = self.eng.retract_headroom_steps
+        made = sum(st.generated(i) for i in rep.open)
+        rep.ratio_set = min(1.0, (made + h * rep.running) / (self.max_new * rep.running))
+        rep.ratio_set_step = rep.steps
+        return stall
+
+    def preempt_for(self, rep: Replica, i: int) -> float | None:
+        """Priority preemption: retract running requests of a later priority class than i (the
+        latest class first, then the victim order) until i fits; None when it cannot fit even
+        then (nothing is retracted). Returns the swap-out time."""
+        st, policy = self.st, self.policy
+        mine = policy.priority(st, i)
+        lower = [j for j in self.victims(rep) if policy.priority(st, j) > mine]
+        lower.sort(key=lambda j: -policy.priority(st, j))     # stable: the victim order within a class
+        need_seqs = rep.running + 1 - self.eng.max_num_seqs
+        freed_seqs = freed_kv = 0
+        chosen = []
+        for j in lower:
+            if freed_seqs >= need_seqs and self._fits_after(rep, i, freed_kv):
+                break
+            chosen.append(j)
+            freed_seqs += 1
+            freed_kv += self.prompts[j] + (st.generated(j) if self.on_demand else self.lengths[j])
+        if not chosen or freed_seqs < need_seqs or not self._fits_after(rep, i, freed_kv):
+            return None
+        stall = sum(self.preempt(rep, j) for j in chosen)
+        self.start_decision(rep)
+        return stall if self.fits(rep, i) else None
+
+    def _fits_after(self, rep: Replica, i: int, freed_kv: int) -> bool:
+        """Whether i's KV would fit with ``freed_kv`` tokens freed (a dry run of ``fits``)."""
+        cap, prompt, gb = self.eng.kv_capacity_tokens, self.prompts[i], self.st.generated_before[i]
+        if not self.on_demand:
+            return rep.reserved - freed_kv + prompt + self.lengths[i] <= cap
+        return (self.projected - freed_kv + prompt + gb + self._future(i, gb, self.ratio) <= cap
+                and rep.active_kv() - freed_kv + prompt + gb + rep.running + 1 <= cap)
+
+    # -- the trainer and the publishes (rounds) ---------------------------------------------
+    def train_rounds(self) -> None:
+        """Schedule the trainer for every complete round whose predecessor is scheduled, and
+        the publish that lets a later round arrive."""
+        p = self.p
+        while self.trained < p.rounds and self.round_left[self.trained] == 0:
+            r = self.trained
+            free = self.publishes[r - 1][1] if r else 0.0
+            self.updates[r] = round_updates(p, self.group_complete, self.policy.trainer, r, free)
+            end = self.updates[r][-1].end_s
+            self.publishes[r] = (end, end + p.trainer.publish_s)
+            heapq.heappush(self.events, (end + p.trainer.publish_s, r))
+            self.cut_runs(end + p.trainer.publish_s)
+            self.trained += 1
+
+    def cut_runs(self, t: float) -> None:
+        """Stop every replica's pending decode run at the first step boundary at or after t."""
+        for rep in self.replicas:
+            if rep.chunk is not None and rep.t > t + EPS:
+                t0, b, kv0, g = rep.chunk
+                g2 = steps_until(self.eng, b, kv0, t - t0)
+                if g2 < g:
+                    rep.chunk = (t0, b, kv0, g2)
+                    rep.t = t0 + decode_time(self.eng, b, kv0, g2)
+
+    def publish(self, t: float, r: int) -> None:
+        """Weights trained on round r are out: version r + 1; the round they unlock arrives."""
+        st = self.st
+        st.version = r + 1
+        nxt = r + 1 + self.staleness
+        if nxt < self.p.rounds:
+            self.release(nxt)
+        self.wake_idle(t)
+
+    def wake_idle(self, t: float) -> None:
+        for rep in self.replicas:
+            if rep.t == math.inf:
+                rep.t = t
 
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> None:
-        st, eng, policy = self.st, self.eng, self.policy
+        st, multi = self.st, self.p.rounds > 1
         while True:
-            st.last_decision_s = st.t
-            self.decisions += 1
-            if self.on_demand and st.running and st.active_kv() + st.running > eng.kv_capacity_tokens:
-                self.retract()
-            prefill = 0.0
-            if st.waiting:
-                self.start_decision()
-                for i in policy.decide(st):
-                    if st.status[i] != WAITING:
-                        continue
-                    if not self.fits(i):
-                        break
-                    prefill += self.admit(i)
-            st.t += prefill
-            if self.finish_due():          # zero-length responses end with their prefill
+            rep = min(self.replicas, key=lambda r: (r.t, r.index)) if len(self.replicas) > 1 else self.replicas[0]
+            if self.events and self.events[0][0] <= rep.t + EPS:
+                t, r = heapq.heappop(self.events)
+                st.t = t
+                self.publish(t, r)
                 continue
-            if st.running == 0:
-                if not st.waiting:
+            if rep.t == math.inf:
+                if all(s == FINISHED for s in st.status):
                     return
-                wake = policy.next_wakeup(st)
-                if wake is None or wake <= st.t + EPS:
-                    raise PolicyStalled(f"{policy.name}: engine idle at t={st.t:.3f}s with {st.waiting} requests "
-                                        "waiting, and the policy admits none")
-                st.t = wake
-                continue
-            wake = policy.next_wakeup(st)
-            if wake is not None and wake <= st.t + EPS:
-                continue                   # a planned admission fell due during the prefill
-            b, kv0 = st.running, st.active_kv()
-            g = self.heap_top() - st.steps
-            if self.on_demand:             # stop where the next step would not fit
-                g = min(g, max(1, (eng.kv_capacity_tokens - kv0) // b))
-            dt = decode_time(eng, b, kv0, g)
-            if wake is not None and st.t + dt > wake + EPS:
-                g = steps_until(eng, b, kv0, wake - st.t)
-                dt = decode_time(eng, b, kv0, g)
-            st.t += dt
-            st.steps += g
-            self.finish_due()
+                raise PolicyStalled(f"{self.policy.name}: engine idle at t={st.t:.3f}s with {st.waiting} requests "
+                                    "waiting, and the policy admits none")
+            self.iterate(rep, multi)
 
-    def heap_top(self) -> int:
-        st = self.st
-        while st.status[self.heap[0][1]] != RUNNING or st.admissions[self.heap[0][1]] != self.heap[0][2]:
-            heapq.heappop(self.heap)
-        return self.heap[0][0]
+    def iterate(self, rep: Replica, multi: bool) -> None:
+        """One decision of ``rep``: apply its decode run, finishes, retractions and admissions,
+        then plan its next decode run (or go idle)."""
+        st, eng, policy = self.st, self.eng, self.policy
+        if rep.chunk is not None:
+            rep.steps += rep.chunk[3]
+            rep.chunk = None
+        st.replica = rep
+        st.t = rep.t
+        self.finish_due(rep)
+        st.last_decision_s = st.t
+        self.decisions += 1
+        stall = 0.0
+        if self.on_demand and rep.running and rep.active_kv() + rep.running > eng.kv_capacity_tokens:
+            stall += self.retract(rep)
+        if rep.waiting:
+            self.start_decision(rep)
+            k, of = rep.index, st.replica_of
+            for i in policy.decide(st):
+                if st.status[i] != WAITING or of[i] != k:
+                    continue
+                if not self.fits(rep, i):
+                    extra = self.preempt_for(rep, i) if eng.priority_preemption else None
+                    if extra is None:
+                        break
+                    stall += extra
+                stall += self.admit(rep, i)
+        st.t += stall
+        rep.t = st.t
+        if self.finish_due(rep):          # zero-length responses end with their prefill
+            return
+        if rep.running == 0:
+            wake = policy.next_wakeup(st) if rep.waiting else None
+            if rep.waiting and (wake is None or wake <= st.t + EPS) and not multi and len(self.replicas) == 1:
+                raise PolicyStalled(f"{policy.name}: engine idle at t={st.t:.3f}s with {st.waiting} requests "
+                                    "waiting, and the policy admits none")
+            rep.t = wake if wake is not None and wake > st.t + EPS else math.inf
+            return
+        wake = policy.next_wakeup(st)
+        if wake is not None and wake <= st.t + EPS:
+            return                        # a planned admission fell due during the prefill
+        if self.events and (wake is None or self.events[0][0] < wake):
+            wake = self.events[0][0]
+        b, kv0 = rep.running, rep.active_kv()
+        g = self.heap_top(rep) - rep.steps
+        if self.on_demand:                # stop where the next step would not fit
+            g = min(g, max(1, (eng.kv_capacity_tokens - kv0) // b))
+        dt = decode_time(eng, b, kv0, g)
+        if wake is not None and st.t + dt > wake + EPS:
+            g = steps_until(eng, b, kv0, wake - st.t)
+            dt = decode_time(eng, b, kv0, g)
+        rep.chunk = (st.t, b, kv0, g)
+        rep.t = st.t + dt
+
+    def heap_top(self, rep: Replica) -> int:
+        st, heap = self.st, rep.heap
+        while st.status[heap[0][1]] != RUNNING or st.admissions[heap[0][1]] != heap[0][2]:
+            heapq.heappop(heap)
+        return heap[0][0]
 
 
 def simulate(problem: RolloutProblem, policy: Policy) -> Schedule:
-    """Run one round under ``policy``; returns the full schedule (re-check it with
+    """Run every round under ``policy``; returns the full schedule (re-check it with
     ``checker.check``)."""
     policy.reset(problem)
     e = _Engine(problem, policy)
     e.run()
-    updates = trainer_updates(problem, e.group_complete, policy.trainer, policy.planned_updates())
-    train_end = updates[-1].end_s
+    if problem.rounds == 1:
+        updates = trainer_updates(problem, e.group_complete, policy.trainer, policy.planned_updates())
+        end = updates[-1].end_s
+        publishes = [(end, end + problem.trainer.publish_s)]
+    else:
+        updates = [u for r in e.updates for u in r]
+        publishes = list(e.publishes)
     return Schedule(admit_s=e.first_admit_s, finish_s=e.finish_s, admissions=e.admissions, segments=e.segments,
-                    group_complete_s=e.group_complete, updates=updates, weight_version=[0] * problem.n_requests,
-                    publish_start_s=train_end, publish_end_s=train_end + problem.trainer.publish_s,
+                    group_complete_s=e.group_complete, updates=updates, weight_version=e.version_of,
+                    publish_start_s=publishes[-1][0], publish_end_s=publishes[-1][1],
                     trainer_mode=policy.trainer, policy=policy.name, decisions=e.decisions,
-                    retractions=e.retractions)
+                    retractions=e.retractions, publishes=publishes, staleness=e.staleness)

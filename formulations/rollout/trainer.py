@@ -6,8 +6,9 @@
 * ``planned``: a given list of updates (group lists) run in that order, each as soon as its
   groups are complete and the trainer is free (how a plan is replayed).
 
-Weights are published once, after the last update: every request of the round was generated
-with the round's weights (on-policy).
+Weights are published once per round, after its last update (``publish_s``, the trainer busy
+meanwhile). With several rounds (``RolloutProblem.rounds``) each round is trained on its own
+updates, after the previous round's publish: ``round_updates`` gives one round's.
 """
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ def stream_order(complete_s: list[float]) -> list[int]:
     return sorted(range(len(complete_s)), key=lambda g: (complete_s[g], g))
 
 
-def run_updates(problem: RolloutProblem, complete_s: list[float], batches: list[list[int]]) -> list[Update]:
-    """Run ``batches`` in order, each once its groups are complete and the trainer is free."""
-    free, out = 0.0, []
+def run_updates(problem: RolloutProblem, complete_s: list[float], batches: list[list[int]],
+                free: float = 0.0) -> list[Update]:
+    """Run ``batches`` in order, each once its groups are complete and the trainer is free
+    (from ``free`` on)."""
+    out = []
     for groups in batches:
         tokens = sum(problem.group_tokens[g] for g in groups)
         start = max(free, max(complete_s[g] for g in groups))
@@ -53,6 +56,20 @@ def trainer_updates(problem: RolloutProblem, complete_s: list[float], mode: str,
             raise ValueError("a planned trainer needs updates that cover every group once")
         return run_updates(problem, complete_s, planned)
     raise ValueError(f"unknown trainer mode {mode!r} (choose from {', '.join(MODES)})")
+
+
+def round_updates(problem: RolloutProblem, complete_s: list[float], mode: str, r: int, free: float) -> list[Update]:
+    """Round r's updates (``stream`` or ``sync``), the trainer free from ``free`` on; every
+    group of the round must be complete."""
+    per = problem.groups_per_round
+    groups = list(range(r * per, (r + 1) * per))
+    sizes = problem.update_sizes()[:len(problem.update_sizes()) // problem.rounds]
+    if mode == "stream":
+        return run_updates(problem, complete_s, chunks(sorted(groups, key=lambda g: (complete_s[g], g)), sizes), free)
+    if mode == "sync":
+        done = max(complete_s[g] for g in groups)
+        return run_updates(problem, [done] * len(complete_s), chunks(groups, sizes), free)
+    raise ValueError(f"several rounds need a stream or sync trainer, got {mode!r}")
 
 
 class StreamingTrainer:

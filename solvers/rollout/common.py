@@ -20,7 +20,7 @@ def scored_result(problem: RolloutProblem, solver: str, schedule: Schedule, *,
     """``bound`` defaults to the analytic lower bound of the train end; a larger valid bound
     (a proven CP-SAT bound) may be passed. A bound above the schedule's own train end cannot
     hold: it is clamped to it. ``stopped_by``: "work" or "time" when a limit cut the run short."""
-    violations = check(problem, schedule)
+    violations = check(problem, schedule, staleness=(params or {}).get("staleness", 0))
     if violations:
         raise InvalidSchedule(f"{len(violations)} violations, first: {violations[0]}")
     objectives = schedule.metrics()

@@ -1,7 +1,13 @@
 """The online admission policies as registered solvers of the rollout problem. Each runs the
-simulator with its policy; the result's figures are the simulator's, checked by the checker."""
+simulator with its policy; the result's figures are the simulator's, checked by the checker.
+
+Every policy takes ``staleness`` (default 0): with several rounds, how many weight versions a
+request may lag behind its round. 0 is the paper's on-policy pipeline (round r waits for the
+weights trained on round r - 1), 1 is one-step off-policy overlap (slime / verl async: round
+r + 1 is generated while round r trains), larger values are AReaL's bounded staleness eta."""
 from __future__ import annotations
 
+from pipeplan.core.errors import InputError
 from pipeplan.core.registry import register
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.solvers.rollout.common import scored_result
@@ -28,9 +34,14 @@ POLICIES = {
 TAKES_FRONTIER = ("fgd-hard", "fgd-soft")
 
 
-def make_policy(name: str, **params):
+def make_policy(name: str, staleness: int = 0, **params):
+    """Policy ``name``; a staleness that is not a whole number >= 0 raises InputError."""
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+        raise InputError(name, "staleness", f"expected a whole number of weight versions >= 0, got {staleness!r}")
     factory, _ = POLICIES[name]
-    return factory(**params)
+    policy = factory(**params)
+    policy.staleness = staleness
+    return policy
 
 
 def _register(name: str, description: str):
@@ -39,11 +50,11 @@ def _register(name: str, description: str):
         return scored_result(problem, name, simulate(problem, make_policy(name, **params)), params=params)
 
     if name in TAKES_FRONTIER:
-        def solve(problem, *, frontier: int = 2):
-            return run(problem, {"frontier": frontier})
+        def solve(problem, *, frontier: int = 2, staleness: int = 0):
+            return run(problem, {"frontier": frontier, **({"staleness": staleness} if staleness else {})})
     else:
-        def solve(problem):
-            return run(problem, {})
+        def solve(problem, *, staleness: int = 0):
+            return run(problem, {"staleness": staleness} if staleness else {})
     register("rollout", name, description=description)(solve)
 
 

@@ -10,7 +10,10 @@ lengths; the others see what a real engine sees.
 * ``fifo``: request-level FIFO in prompt order (group-major), with the CGP trainer.
 * ``fgd-hard`` / ``fgd-soft``: frontier-group dispatch with CGP. The frontier is the
   ``frontier`` lowest-order unfinished groups; the hard gate admits only their requests, the
-  soft priority admits them first and backfills free capacity in the engine's own order.
+  soft priority admits them first and backfills free capacity in the engine's own order. Where
+  the engine lets the policy act inside the running batch, frontier requests are priority
+  class 0 (the rest 1: with ``priority_preemption`` they may displace running non-frontier
+  requests) and retractions take non-frontier requests first (``policy_victims``).
 * ``longest-first`` / ``shortest-first``: by known response length, with CGP.
 * ``deadline``: see ``DeadlinePolicy``.
 """
@@ -96,6 +99,20 @@ class FgdPolicy(NativePolicy):
     def reset(self, problem):
         super().reset(problem)
         self._low = 0
+        self._set_at = None
+
+    def frontier_set(self, state: EngineState) -> set[int]:
+        """The frontier as a set, recomputed only when a group completes."""
+        if getattr(self, "_set_at", None) != state.groups_done:
+            self._set, self._set_at = set(self.frontier_groups(state)), state.groups_done
+        return self._set
+
+    def priority(self, state: EngineState, i: int) -> int:
+        return 0 if i // self.problem.K in self.frontier_set(state) else 1
+
+    def victim_order(self, state: EngineState, running: list[int]) -> list[int]:
+        front, K = self.frontier_set(state), self.problem.K
+        return sorted(running, key=lambda i: i // K in front)     # stable: the engine's order within
 
     def frontier_groups(self, state: EngineState) -> list[int]:
         left = state.group_left

@@ -73,7 +73,9 @@ def least_update_time(problem: RolloutProblem, n_updates: int, n_groups: int) ->
     return tr.s_per_token * tokens + tr.s_per_microbatch * micro + tr.optimizer_step_s * n_updates
 
 
-def train_end_lower_bound(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> float:
+def separate_bound(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> float:
+    """max over k of (earliest completion of the first k updates' groups) + (least time of the
+    updates from k on), each term with its own cheapest groups."""
     done = earliest_completions(problem, engine, demands)
     sizes = problem.update_sizes()
     best, before = 0.0, 0
@@ -82,3 +84,10 @@ def train_end_lower_bound(problem: RolloutProblem, engine: EngineModel | None = 
         best = max(best, ready + least_update_time(problem, len(sizes) - k, problem.R - before))
         before += size
     return best
+
+
+def train_end_lower_bound(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> float:
+    """A lower bound on the train end of every schedule (fast: no solver). ``engine`` and
+    ``demands`` replace the problem's for the offline model (see ``earliest_completions``)."""
+    from pipeplan.formulations.rollout.flowshop_bound import johnson_bound
+    return max(separate_bound(problem, engine, demands), johnson_bound(problem, engine, demands))

@@ -6,7 +6,10 @@ requests' ends; the trainer's updates run one after another, each holding U grou
 assignment) and starting after all of them complete, each lasting the trainer model's time
 for the tokens it holds (micro-batches counted exactly); the objective is the end of the last
 update. The analytic lower bound of the same model is added as a cut, and the search is
-hinted with the best engine-like list schedule of a few priority orders.
+hinted with the best engine-like list schedule of a few priority orders (one of them the
+groups in Johnson's flow-shop order, ``flowshop_bound.johnson_order``). The flow-shop cuts of
+``flowshop_bound.add_chain_cuts`` tie each update's start to the engine time its groups and the
+earlier updates' need.
 
 Every plan is re-scored by replaying it in the simulator. With a linear engine the model is
 the simulator, so a proven model optimum is the optimum; otherwise the model uses the mean
@@ -32,6 +35,7 @@ from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, Termination, stop_note
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.fixed_model import completions, fixed_model, list_schedule
+from pipeplan.formulations.rollout.flowshop_bound import add_chain_cuts, group_terms, johnson_order
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import PLAN_SCHEMA
@@ -62,7 +66,8 @@ def _hint_orders(problem: RolloutProblem) -> dict[str, list[int]]:
     group_major_lpt = sorted(range(problem.n_requests), key=lambda i: (i // problem.K, -L[i]))
     by_group_max = sorted(range(problem.R), key=lambda g: max(L[i] for i in problem.group_requests(g)))
     easy_first = [i for g in by_group_max for i in sorted(problem.group_requests(g), key=lambda i: -L[i])]
-    return {"group-major": list(range(problem.n_requests)), "group-major-lpt": group_major_lpt,
+    johnson = [i for g in johnson_order(problem) for i in sorted(problem.group_requests(g), key=lambda i: -L[i])]
+    return {"group-major": list(range(problem.n_requests)), "group-major-lpt": group_major_lpt, "johnson": johnson,
             "easy-groups-first": easy_first, "lpt": sorted(range(problem.n_requests), key=lambda i: -L[i]),
             "native": list(problem.native_order)}
 
@@ -128,9 +133,13 @@ class RolloutCpModel:
             md.AddExactlyOne(self.x[g])
         self.obj = md.NewIntVar(0, 2 * horizon, "train_end")
         md.Add(self.obj == self.ustart[-1] + self.udur[-1])
-        # the analytic bound of this very model (a linear engine holding the model's demands)
-        cut = train_end_lower_bound(problem, EngineModel(m.seqs, m.capacity, m.tau), m.demands)
+        # the analytic bound of this very model (a linear engine holding the model's demands),
+        # and the flow-shop cuts of the same engine: update j starts after E(its groups and
+        # the earlier updates'); both are implied by the model, so its optimum stays the same
+        engine = EngineModel(m.seqs, m.capacity, m.tau)
+        cut = train_end_lower_bound(problem, engine, m.demands)
         md.Add(self.obj >= math.floor(cut / unit_s * (1 - 1e-9)))
+        add_chain_cuts(md, self.x, self.ustart, problem, group_terms(problem, engine, m.demands), unit_s)
         md.Minimize(self.obj)
 
     def _update_time(self, tokens: int) -> int:

@@ -13,9 +13,16 @@ truncation, as the design notes ask.
 The paper publishes neither response lengths nor the max length nor the temperature; the
 medians below are calibrated so that the simulator matches the figures it does publish (see
 ``PRESETS``), and ``reproduce --max-response`` / the sensitivity table show what they move.
+
+Length tails (``TAILS``, ``preset_round(tail=...)``): ``paper`` is the preset's own lognormal;
+``light`` and ``heavy`` change the within-prompt spread; ``pareto`` draws each sample's factor
+from a Pareto law (shape 1.5: infinite variance, so the max length truncates a visible share of
+samples, as long reasoning traces hitting the limit do). The medians stay the presets'; the
+tail shapes are our choice, not fitted to any figure.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from dataclasses import dataclass
@@ -61,6 +68,7 @@ class Workload:
     prompt_median: float
     prompt_sigma: float
     source: str
+    pareto_shape: float = 0.0       # > 0: each sample's factor ~ Pareto(shape) with median 1
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -80,6 +88,11 @@ PRESETS: dict[str, Workload] = {
     "olyphys": Workload("olyphys", 1910, 0.8, 0.6, 8192, 1100, 0.3,
                         "olympiad physics: long problem statements (prompt sized so an update takes 13.3 s), " + _CALIBRATION.format(upd=13.3)),
 }
+
+# Within-prompt spread of each tail preset: (sigma_sample, Pareto shape or 0 for lognormal,
+# max response tokens or 0 for the preset's). See the module docstring.
+TAILS: dict[str, tuple[float, float, int]] = {
+    "paper": (0.0, 0.0, 0), "light": (0.3, 0.0, 0), "heavy": (1.0, 0.0, 16384), "pareto": (0.0, 1.5, 16384)}
 
 # Slime launches every group's K requests concurrently, so requests reach SGLang's FCFS queue
 # group-major but interleaved with neighbouring groups; arrival key = group + U(0, jitter).
@@ -106,11 +119,13 @@ def sample_lengths(w: Workload, R: int, K: int, seed: int) -> tuple[list[int], l
     prompts, responses = [], []
     for _ in range(R):
         z, zp = rng.standard_normal(2)
-        eps = rng.standard_normal(K)
+        if w.pareto_shape > 0:      # log of a Pareto factor with median 1 (x_m = 2^(-1/shape))
+            logs = (-np.log(1.0 - rng.random(K)) - math.log(2.0)) / w.pareto_shape
+        else:
+            logs = w.sigma_sample * rng.standard_normal(K)
         mu = math.log(w.response_median) + w.sigma_prompt * z
         prompts.append(int(min(4096, max(16, round(w.prompt_median * math.exp(w.prompt_sigma * zp))))))
-        responses.append([int(min(w.max_response_tokens, max(1, round(math.exp(mu + w.sigma_sample * e)))))
-                          for e in eps])
+        responses.append([int(min(w.max_response_tokens, max(1, round(math.exp(mu + e))))) for e in logs])
     return prompts, responses
 
 
@@ -132,21 +147,39 @@ def make_round(name: str, prompts: list[int], responses: list[list[int]], *, eng
                           max_response_tokens=max_response_tokens, source=source or name, meta=meta or {})
 
 
+def with_tail(w: Workload, tail: str) -> Workload:
+    """The workload with one of the ``TAILS`` (unknown names raise InputError)."""
+    if tail not in TAILS:
+        raise InputError(w.name, "tail", f"unknown length tail {tail!r} (known: {', '.join(TAILS)})")
+    sigma, shape, top = TAILS[tail]
+    if tail == "paper":
+        return w
+    return Workload(**{**w.to_dict(), "name": f"{w.name}-{tail}", "sigma_sample": sigma or w.sigma_sample,
+                       "pareto_shape": shape, "max_response_tokens": top or w.max_response_tokens})
+
+
 def preset_round(name: str, R: int, *, K: int = K_PAPER, seed: int = 0, engine: EngineModel | None = None,
                  trainer: TrainerModel | None = None, max_response_tokens: int | None = None,
-                 jitter_groups: float = ARRIVAL_JITTER_GROUPS) -> RolloutProblem:
-    """One round of a preset workload; R < U, K < 1 or an unknown preset raise InputError."""
-    w = workload(name)
+                 jitter_groups: float = ARRIVAL_JITTER_GROUPS, tail: str = "paper", rounds: int = 1) -> RolloutProblem:
+    """``rounds`` consecutive rounds (R groups each) of a preset workload; R < U, K < 1,
+    rounds < 1 or an unknown preset or tail raise InputError. The first round is the same
+    whatever ``rounds`` is."""
+    w = with_tail(workload(name), tail)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise InputError(name, "rounds", f"expected a whole number of rounds, at least 1, got {rounds!r}")
     if isinstance(K, bool) or not isinstance(K, int) or K < 1:
         raise InputError(name, "K", f"samples per group must be at least 1, got {K!r}")
     if isinstance(R, bool) or not isinstance(R, int) or R < 1:
         raise InputError(name, "R", f"groups per round must be at least 1, got {R!r}")
-    check_memory("--R", R, K * BYTES_PER_REQUEST)
+    check_memory("--R", R * rounds, K * BYTES_PER_REQUEST)
     if max_response_tokens is not None:
         if max_response_tokens < 1:
             raise InputError(name, "max_response_tokens", f"must be positive, got {max_response_tokens}")
         w = Workload(**{**w.to_dict(), "max_response_tokens": max_response_tokens})
-    prompts, responses = sample_lengths(w, R, K, seed)
-    return make_round(f"rollout/{name}-R{R}" + (f"-s{seed}" if seed else ""), prompts, responses, engine=engine,
-                      trainer=trainer, jitter_groups=jitter_groups, seed=seed, max_response_tokens=w.max_response_tokens,
-                      meta={"workload": w.to_dict(), "R": R, "K": K, "seed": seed, "jitter_groups": jitter_groups})
+    prompts, responses = sample_lengths(w, R * rounds, K, seed)
+    tag = ("" if tail == "paper" else f"-{tail}") + (f"-x{rounds}" if rounds > 1 else "") + (f"-s{seed}" if seed else "")
+    problem = make_round(f"rollout/{name}-R{R}{tag}", prompts, responses, engine=engine, trainer=trainer,
+                         jitter_groups=jitter_groups, seed=seed, max_response_tokens=w.max_response_tokens,
+                         meta={"workload": w.to_dict(), "R": R, "K": K, "seed": seed, "jitter_groups": jitter_groups,
+                               "tail": tail, "rounds": rounds})
+    return dataclasses.replace(problem, rounds=rounds) if rounds > 1 else problem

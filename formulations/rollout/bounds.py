@@ -17,31 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeplan.formulations.rollout.flowshop_bound import chain_bound, johnson_bound
+from pipeplan.formulations.rollout.flowshop_bound import engine_terms as _group_terms
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
-
-
-def _group_terms(problem: RolloutProblem, engine: EngineModel, demands=None):
-    """Per group: additive work (prefills + c1 + c2 terms), tokens, KV reservation, longest response."""
-    add, tokens, kv, longest = [], [], [], []
-    for g in range(problem.R):
-        a = t = e = 0.0
-        m = 0
-        p = problem.prompt_tokens[g]
-        for k, n in enumerate(problem.response_tokens[g]):
-            a += engine.prefill_time(p) + engine.c1_s * n + engine.c2_s * (n * p + n * (n - 1) / 2)
-            t += n
-            if demands is not None:
-                e += demands[g * problem.K + k] * n
-            elif engine.kv_mode == "reserve":
-                e += (p + n) * n                     # the footprint is held for every step
-            else:
-                e += n * p + n * (n + 1) // 2        # on demand: what is in use after each step
-            m = max(m, n)
-        add.append(a)
-        tokens.append(t)
-        kv.append(e)
-        longest.append(m)
-    return add, tokens, kv, longest
 
 
 def earliest_completions(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> list[float]:
@@ -89,5 +67,11 @@ def separate_bound(problem: RolloutProblem, engine: EngineModel | None = None, d
 def train_end_lower_bound(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> float:
     """A lower bound on the train end of every schedule (fast: no solver). ``engine`` and
     ``demands`` replace the problem's for the offline model (see ``earliest_completions``)."""
-    from pipeplan.formulations.rollout.flowshop_bound import johnson_bound
     return max(separate_bound(problem, engine, demands), johnson_bound(problem, engine, demands))
+
+
+def strong_train_end_lower_bound(problem: RolloutProblem, engine: EngineModel | None = None, demands=None,
+                                 **limits) -> float:
+    """The larger of ``train_end_lower_bound`` and CP-SAT's bound on the flow-shop relaxation
+    (``flowshop_bound.chain_bound``; ``limits``: its time_limit, work_limit, threads)."""
+    return max(train_end_lower_bound(problem, engine, demands), chain_bound(problem, engine, demands, **limits))

@@ -48,6 +48,31 @@ from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 SCALE = 10**6  # trainer coefficients in millionths of the time unit (rounded down)
 
 
+def engine_terms(problem: RolloutProblem, engine: EngineModel, demands=None):
+    """Per group: additive work (prefills + c1 + c2 terms), tokens, KV reservation, longest response."""
+    add, tokens, kv, longest = [], [], [], []
+    for g in range(problem.R):
+        a = t = e = 0.0
+        m = 0
+        p = problem.prompt_tokens[g]
+        for k, n in enumerate(problem.response_tokens[g]):
+            a += engine.prefill_time(p) + engine.c1_s * n + engine.c2_s * (n * p + n * (n - 1) / 2)
+            t += n
+            if demands is not None:
+                e += demands[g * problem.K + k] * n
+            elif engine.kv_mode == "reserve":
+                e += (p + n) * n                     # the footprint is held for every step
+            else:
+                e += n * p + n * (n + 1) // 2        # on demand: what is in use after each step
+            m = max(m, n)
+        add.append(a)
+        tokens.append(t)
+        kv.append(e)
+        longest.append(m)
+    return add, tokens, kv, longest
+
+
+
 @dataclass(frozen=True)
 class GroupTerms:
     """Per group: additive engine work (s), decode tokens, KV token-steps, longest response;
@@ -77,9 +102,8 @@ class GroupTerms:
 
 
 def group_terms(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> GroupTerms:
-    from pipeplan.formulations.rollout.bounds import _group_terms
     engine = engine or problem.engine
-    add, tokens, kv, longest = _group_terms(problem, engine, demands)
+    add, tokens, kv, longest = engine_terms(problem, engine, demands)
     return GroupTerms(tuple(add), tuple(tokens), tuple(kv), tuple(longest), engine.c0_s, engine.max_num_seqs,
                       engine.kv_capacity_tokens)
 
@@ -212,12 +236,12 @@ def chain_bound(problem: RolloutProblem, engine: EngineModel | None = None, dema
                 time_limit: float = 10.0, work_limit: float = 20.0, threads: int = 1,
                 unit: float = 1e-3, closed: bool = False):
     """CP-SAT's proven lower bound on the flow-shop relaxation (module docstring), at least
-    the fast bounds. Every engine term and trainer coefficient is rounded down to ``unit``
+    ``johnson_bound``. Every engine term and trainer coefficient is rounded down to ``unit``
     seconds, so the model's optimum (hence its bound) is below the relaxation's. With one
     thread and a work limit (deterministic seconds) that stops it first, the figure is the same
-    on every machine. ``closed=True`` returns (bound, whether CP-SAT closed the relaxation)."""
-    from pipeplan.formulations.rollout.bounds import train_end_lower_bound
+    on every machine. ``closed=True`` returns (bound, whether CP-SAT closed the relaxation).
+    ``bounds.strong_train_end_lower_bound`` takes the larger of this and the fast bounds."""
     terms = group_terms(problem, engine, demands)
     value, done = _chain_bound_cached(problem, terms, unit, float(time_limit), float(work_limit), int(threads))
-    value = max(value, train_end_lower_bound(problem, engine, demands))
+    value = max(value, johnson_bound(problem, engine, demands))
     return (value, done) if closed else value

@@ -159,7 +159,8 @@ def add_chain_cuts(md, x, ustart, problem: RolloutProblem, terms: GroupTerms, un
     """Add ``ustart[j] >= E(D_j)`` (in time units, every term rounded down) to a CP-SAT model
     whose Boolean ``x[g][j]`` says that group g is in update j. E's three forms are linear in
     the membership ``z[g][j] = x[g][0] + ... + x[g][j]``; the longest response of D_j is an
-    integer variable above every member's."""
+    integer variable above every member's. Every right-hand side is rounded down to a whole
+    unit, so a start (an integer) is never pushed above the true bound."""
     R, m = problem.R, len(ustart)
     c0u = terms.c0 / unit
     a = [math.floor(v / unit) for v in terms.add]
@@ -179,7 +180,10 @@ def add_chain_cuts(md, x, ustart, problem: RolloutProblem, terms: GroupTerms, un
         for g in range(R):
             if terms.longest[g]:
                 md.add(longest >= terms.longest[g] * z[g][j])
-        md.add(SCALE * ustart[j] >= SCALE * sum(a[g] * z[g][j] for g in range(R)) + c0_scaled * longest)
+        # ustart >= floor((sum a + c0 * longest) in units): X - (SCALE - 1) keeps an integer start
+        # from being pushed past a fractional bound
+        md.add(SCALE * ustart[j] >= SCALE * sum(a[g] * z[g][j] for g in range(R)) + c0_scaled * longest
+               - (SCALE - 1))
 
 
 def _chain_model(problem: RolloutProblem, terms: GroupTerms, unit: float):

@@ -91,3 +91,18 @@ def test_cpsat_reports_at_least_the_fast_bound_on_a_preset():
     p = preset_round("sci-jl", 4, seed=1)
     r = pipeplan.solve(p, "cpsat", time_limit=5, threads=1)
     assert train_end_lower_bound(p) - 1e-9 <= r.bound["train_end_s"] <= r.objectives["train_end_s"]
+
+
+def test_chain_bound_stays_below_an_optimum_with_fractional_units():
+    # a linear engine whose c0 is not a whole number of milliseconds: the longest-response form
+    # of E is fractional in the relaxation's time unit and must be rounded down
+    import dataclasses
+
+    from pipeplan.formulations.rollout.problem import EngineModel
+    from pipeplan.formulations.rollout.workloads import preset_round
+    p = preset_round("lsat-ar", 4)
+    p = dataclasses.replace(p, engine=EngineModel(p.engine.max_num_seqs, p.engine.kv_capacity_tokens, 0.008022),
+                            trainer=p.trainer.scaled(2.83))
+    r = pipeplan.solve(p, "cpsat", time_limit=10, threads=1)
+    assert r.quality.value == "proven_optimal", r.message
+    assert chain_bound(p, **QUICK) <= r.objectives["train_end_s"] + 1e-9

@@ -56,6 +56,17 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("reproduce", "--jitter", "1", "--max-response", "0"), ("max_response_tokens",)),
     (("sweep", "--workload", "gsm8k"), ("unknown workload preset",)),
     (("sweep", "--rhos", "1,-2"), ("--rhos",)),
+    (("simulate", "--workload", "lsat-ar", "--engine", "replicas=0"), ("engine.replicas", "positive")),
+    (("simulate", "--workload", "lsat-ar", "--engine", "router=random"), ("engine.router", "group_affinity")),
+    (("simulate", "--workload", "lsat-ar", "--engine", "turbo=1"), ("--engine", "turbo")),
+    (("simulate", "--workload", "lsat-ar", "--engine", "prefix_sharing=maybe"), ("prefix_sharing", "bool")),
+    (("simulate", "--workload", "lsat-ar", "--engine", "kv_capacity_tokens=600"), ("cannot hold one request",)),
+    (("simulate", "--workload", "lsat-ar", "--staleness", "-1"), ("--staleness",)),
+    (("simulate", "--workload", "lsat-ar", "--rounds", "0"), ("--rounds",)),
+    (("simulate", "rollout/tiny-2", "--rounds", "3"), ("rounds", "3 equal rounds")),
+    (("simulate", "--workload", "lsat-ar", "--tail", "fat"), ("unknown length tail",)),
+    (("async", "--staleness", "0,-1"), ("--staleness",)),
+    (("async", "--rounds", "0"), ("--rounds",)),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
     proc = cli(*args, "--out", tmp_path / "out" / "x.json" if args[0] == "simulate" else tmp_path / "out")
@@ -71,3 +82,21 @@ def test_trace_with_a_negative_length_is_rejected(tmp_path):
     assert not (tmp_path / "s.json").exists()
     f.write_text("prompt_id,sample_id,response_tokens\na,0,10\na,1,\nb,0,3\nb,1,4\n")
     assert_input_error(cli("simulate", "--trace", f), "line 3: response_tokens: missing")
+
+
+def test_simulate_with_engine_features_rounds_and_staleness():
+    proc = cli("simulate", "--workload", "lsat-ar", "--R", "8", "--rounds", "3", "--staleness", "1",
+               "--engine", "replicas=2", "--engine", "router=group_affinity", "--engine", "prefix_sharing=true",
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads(proc.stdout)
+    assert m["violations"] == 0 and m["max_staleness"] == 1 and m["samples_per_s"] > 0
+
+
+def test_async_study_writes_its_files(tmp_path):
+    proc = cli("async", "--workloads", "lsat-ar", "--R", "4", "--rounds", "3", "--staleness", "0,1", "--seeds", "1",
+               "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in tmp_path.iterdir()} == {"async.md", "async.csv", "async.png"}
+    rows = (tmp_path / "async.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * 4          # header + 2 KV sizes x 2 staleness bounds x 4 policies

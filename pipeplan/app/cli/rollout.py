@@ -1,9 +1,14 @@
 """``pipeplan rollout ...``: simulate, compare, optimum, sweep, reproduce (rollout admission).
 
 A round comes from a catalogue name (``rollout/lsat-ar-R32``, ``rollout/tiny-0``), a problem
-or trace file, or ``--workload W --R N [--K 8 --seed 0]``. Bad input (R < U, K < 1, a trace with
-a missing or negative length, a capacity that cannot hold one request, an unknown preset or
-policy) prints one ``error:`` line and exits 2 before anything is written.
+or trace file, or ``--workload W --R N [--K 8 --seed 0 --tail heavy]``; ``--rounds N`` makes it N
+consecutive RL rounds and ``--staleness E`` lets the policies run round r on weights up to E
+versions old. ``--engine FIELD=VALUE`` (repeatable) sets any ``EngineModel`` field, e.g. the
+real-engine features ``replicas=2 router=group_affinity prefix_sharing=true retract_rule=vllm
+policy_victims=true priority_preemption=true resume=swap swap_s_per_token=2.3e-6``. Bad input
+(R < U, K < 1, a trace with a missing or negative length, a capacity that cannot hold one
+request, zero replicas, rounds < 1, staleness < 0, an unknown preset, policy or engine field)
+prints one ``error:`` line and exits 2 before anything is written.
 """
 from __future__ import annotations
 
@@ -27,7 +32,32 @@ rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (Rollout
 ALL = "all"
 
 
-def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter):
+def _engine_changes(items: list[str] | None) -> dict:
+    """``FIELD=VALUE`` pairs as EngineModel field values, converted by the field's type."""
+    from pipeplan.formulations.rollout.problem import EngineModel
+
+    types = {f.name: f.type for f in dataclasses.fields(EngineModel)}
+    out = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in types:
+            raise InputError("--engine", key or item, f"expected FIELD=VALUE with FIELD one of {', '.join(types)}")
+        kind = types[key]
+        try:
+            if kind == "bool":
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                    raise ValueError
+                out[key] = text.lower() in ("true", "1", "yes", "on")
+            else:
+                out[key] = {"int": int, "float": float}.get(kind, str)(text)
+        except ValueError:
+            raise InputError("--engine", key, f"expected a {kind} value, got {text!r}") from None
+    return out
+
+
+def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
+             engine=None, tail="paper", rounds=1):
     from pipeplan.formulations.rollout.traces import load_trace
     from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
     from pipeplan.instances.rollout import load_instance
@@ -43,8 +73,14 @@ def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, m
         problem = load_trace(trace, R=R, jitter_groups=jitter or 0.0, seed=seed)
     else:
         problem = preset_round(workload, 32 if R is None else R, K=K, seed=seed, max_response_tokens=max_response,
-                               jitter_groups=ARRIVAL_JITTER_GROUPS if jitter is None else jitter)
+                               jitter_groups=ARRIVAL_JITTER_GROUPS if jitter is None else jitter, tail=tail,
+                               rounds=rounds)
+    if (instance is not None or trace is not None) and (tail != "paper"):
+        raise InputError("--tail", "", "a length tail applies to --workload presets only")
+    if rounds != 1 and workload is None:
+        problem = dataclasses.replace(problem, rounds=rounds)
     changes = {k: v for k, v in (("kv_capacity_tokens", kv_capacity), ("max_num_seqs", max_num_seqs)) if v is not None}
+    changes.update(_engine_changes(engine))
     if changes:
         problem = dataclasses.replace(problem, engine=dataclasses.replace(problem.engine, **changes))
     return problem
@@ -74,6 +110,13 @@ TRACE = typer.Option(None, "--trace", help="CSV/JSONL trace: prompt_id, sample_i
 KVCAP = typer.Option(None, "--kv-capacity", help="override the engine's KV capacity (tokens)")
 SEQS = typer.Option(None, "--max-num-seqs", help="override the engine's max running sequences")
 JITTER = typer.Option(None, "--jitter", help="arrival jitter in groups (0 = group-major)")
+ENGINE = typer.Option(None, "--engine", help="FIELD=VALUE: set an engine field (repeatable), e.g. replicas=2, "
+                      "router=group_affinity, prefix_sharing=true, retract_rule=vllm, policy_victims=true, "
+                      "priority_preemption=true, resume=swap, swap_s_per_token=2.3e-6")
+TAIL = typer.Option("paper", "--tail", help="length tail of a --workload preset: paper, light, heavy, pareto")
+ROUNDS = typer.Option(1, "--rounds", min=1, help="consecutive RL rounds (R groups each)")
+STALENESS = typer.Option(0, "--staleness", min=0, help="weight versions a request may lag its round "
+                         "(0 on-policy, 1 one-step off-policy, E: bounded staleness)")
 THREADS_HELP = "threads of CP-SAT"
 FRONTIER_HELP = "F_w, groups (fgd-*)"
 
@@ -86,7 +129,8 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
                  workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
                  max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                  kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
-                 jitter: Optional[float] = JITTER,
+                 jitter: Optional[float] = JITTER, engine: Optional[list[str]] = ENGINE, tail: str = TAIL,
+                 rounds: int = ROUNDS, staleness: int = STALENESS,
                  out: Optional[Path] = typer.Option(None, "--out", help="write the full schedule JSON here"),
                  gantt: Optional[Path] = typer.Option(None, "--gantt", help="write a Gantt chart PNG here"),
                  as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON")):
@@ -99,9 +143,10 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
 
     if get_solver("rollout", policy).exact:
         raise InputError("--policy", "", f"{policy} is the offline solver; use `pipeplan rollout optimum`")
-    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
-    schedule = gantt_schedule(problem, policy, frontier)
-    violations = check(problem, schedule)
+    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
+                       engine, tail, rounds)
+    schedule = gantt_schedule(problem, policy, frontier, staleness)
+    violations = check(problem, schedule, staleness=staleness)
     m = schedule.metrics()
     if out:
         write_json(out, {"instance": problem.name, "problem": problem.to_dict(), **schedule.to_dict(),
@@ -111,10 +156,14 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
     if as_json:
         typer.echo(json.dumps({"instance": problem.name, "policy": policy, **m, "violations": len(violations)}))
     else:
-        typer.echo(f"{policy} on {problem.name} (R={problem.R}, K={problem.K}, U={problem.U}): train end "
+        rounds_text = (f", {problem.rounds} rounds, staleness <= {staleness}: {m['samples_per_s']:.2f} samples/s, "
+                       f"mean staleness {m['mean_staleness']:.2f}" if problem.rounds > 1 else "")
+        features = problem.engine.features()
+        typer.echo(f"{policy} on {problem.name} (R={problem.R}, K={problem.K}, U={problem.U}"
+                   + (f"; engine: {', '.join(features)}" if features else "") + "): train end "
                    f"{m['train_end_s']:.1f} s, waiting ratio {m['waiting_ratio']:.1%}, first dispatch "
                    f"{m['first_dispatch_s']:.1f} s, rollout {m['rollout_makespan_s']:.1f} s, trainer "
-                   f"{m['trainer_compute_s']:.1f} s, {m['retractions']} retractions; checker: "
+                   f"{m['trainer_compute_s']:.1f} s, {m['retractions']} retractions{rounds_text}; checker: "
                    + ("ok" if not violations else f"{len(violations)} violations, first: {violations[0]}"))
     if violations:
         raise typer.Exit(1)
@@ -131,7 +180,8 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
                 workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
                 max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                 kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
-                jitter: Optional[float] = JITTER,
+                jitter: Optional[float] = JITTER, engine: Optional[list[str]] = ENGINE, tail: str = TAIL,
+                rounds: int = ROUNDS, staleness: int = STALENESS,
                 out: Optional[Path] = typer.Option(None, "--out", help="folder for compare.md and compare.csv")):
     """Every policy (and optionally the offline optimum) on one round: a table of metrics and ratios."""
     from pipeplan.app.studies.rollout import competitive_rows, rows_markdown, solve_all
@@ -139,9 +189,11 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
     from pipeplan.core.tables import csv_text
 
     names = _names(policies) + (["cpsat"] if offline else [])
-    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
+    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
+                       engine, tail, rounds)
     with _progress(f"compare {problem.name}"):
-        results = solve_all(problem, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier)
+        results = solve_all(problem, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier,
+                            staleness=staleness)
     rows = competitive_rows(results)
     md = rows_markdown(rows, problem.name)
     if out:
@@ -159,14 +211,15 @@ def optimum_cmd(instance: Optional[str] = INSTANCE,
                 workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
                 max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                 kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
-                jitter: Optional[float] = JITTER,
+                jitter: Optional[float] = JITTER, engine: Optional[list[str]] = ENGINE, tail: str = TAIL,
                 out: Optional[Path] = typer.Option(None, "--out", help="write the CP-SAT SolveResult JSON here")):
     """Offline optimum with known lengths (CP-SAT), and each policy's competitive ratio to it
     (or to the lower bound, flagged, when the optimum is not proven)."""
     from pipeplan.app.studies.rollout import competitive_rows, linearized, rows_markdown, solve_all
     from pipeplan.core.io import write_atomic
 
-    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter)
+    problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
+                       engine, tail)
     if linear:
         problem = linearized(problem)
     with _progress(f"optimum {problem.name}"):
@@ -265,3 +318,37 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
             typer.echo(json.dumps(r))
     else:
         typer.echo(md + f"\nwritten: {out}/reproduction.md, reproduction.csv, gantt_sync.png, gantt_cgp-fgd.png")
+
+
+@rollout_app.command("async")
+def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", help=WORKLOAD_HELP + " (comma list)"),
+              R: int = typer.Option(32, "--R", min=1, help="groups (prompts) per round"),
+              rounds: int = typer.Option(4, "--rounds", min=1, help="consecutive RL rounds"),
+              stalenesses: str = typer.Option("0,1,2,3", "--staleness", help="comma list of staleness bounds (>= 0)"),
+              seeds: int = typer.Option(2, "--seeds", min=1, help="rounds drawn per setting"),
+              out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of async.md/.csv/.png")):
+    """Several RL rounds: the on-policy pipeline, one-step off-policy overlap and bounded
+    staleness as policy families; throughput against staleness; writes async.md/.csv/.png."""
+    from pipeplan.app.studies.rollout_async import ASYNC_COLUMNS, async_markdown, async_plot, async_study
+    from pipeplan.core.io import write_atomic
+    from pipeplan.core.tables import csv_text
+    from pipeplan.formulations.rollout.workloads import preset_round
+
+    names = [w.strip() for w in workloads.split(",") if w.strip()]
+    try:
+        etas = [int(x) for x in stalenesses.split(",") if x.strip()]
+    except ValueError:
+        raise InputError("--staleness", "", f"expected comma-separated whole numbers, got {stalenesses!r}") from None
+    if not etas or any(e < 0 for e in etas):
+        raise InputError("--staleness", "", f"expected whole numbers >= 0, got {stalenesses!r}")
+    for w in names:
+        preset_round(w, R, rounds=rounds)        # bad presets, R < U fail before any work
+    command = "pipeplan rollout async " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "pipeplan rollout async"
+    with _progress("async") as progress:
+        rows = async_study(workloads=names, R=R, rounds=rounds, stalenesses=etas, seeds=seeds, progress=progress)
+    md = async_markdown(rows, command.strip())
+    with staged_folder(out) as stage:
+        write_atomic(stage / "async.md", md)
+        write_atomic(stage / "async.csv", csv_text(rows, ASYNC_COLUMNS))
+        async_plot(rows, stage / "async.png", f"throughput vs staleness ({rounds} rounds of R = {R})")
+    typer.echo(md + f"\nwritten: {out}/async.md, async.csv, async.png")

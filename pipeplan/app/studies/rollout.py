@@ -30,10 +30,14 @@ def _when() -> str:
             f"({platform.python_implementation()} {platform.python_version()})")
 
 
-def solve_all(problem: RolloutProblem, names, *, time_limit=None, threads=1, seed=0, frontier=2):
+def solve_all(problem: RolloutProblem, names, *, time_limit=None, threads=1, seed=0, frontier=2, staleness=0):
+    """Each solver on ``problem``; the online policies with ``staleness`` (the offline solver
+    plans one on-policy round)."""
     out = {}
     for name in names:
         extra = {"frontier": frontier} if name.startswith("fgd") else {}
+        if staleness and name != "cpsat":
+            extra["staleness"] = staleness
         out[name] = pipeplan.solve(problem, name, time_limit=time_limit, threads=threads, seed=seed, **extra)
     return out
 
@@ -320,9 +324,10 @@ def sweep_markdown(rows: list[dict], command: str, title: str) -> str:
     return "\n".join(lines)
 
 
-def gantt_schedule(problem: RolloutProblem, policy: str, frontier: int = 2):
+def gantt_schedule(problem: RolloutProblem, policy: str, frontier: int = 2, staleness: int = 0):
     """The simulated schedule of one policy, for the Gantt chart."""
     from pipeplan.formulations.rollout.simulator import simulate
     from pipeplan.solvers.rollout.online import make_policy
-    return simulate(problem, make_policy(policy, **({"frontier": frontier} if policy.startswith("fgd") else {})))
+    return simulate(problem, make_policy(policy, staleness=staleness,
+                                         **({"frontier": frontier} if policy.startswith("fgd") else {})))
 

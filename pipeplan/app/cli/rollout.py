@@ -352,3 +352,24 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
         write_atomic(stage / "async.csv", csv_text(rows, ASYNC_COLUMNS))
         async_plot(rows, stage / "async.png", f"throughput vs staleness ({rounds} rounds of R = {R})")
     typer.echo(md + f"\nwritten: {out}/async.md, async.csv, async.png")
+
+
+@rollout_app.command("explain-r32")
+def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds per setting"),
+                    out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of r32_miss.md/.csv")):
+    """Why the R = 32 settings miss the paper's end-time band: the 12 settings with one modelled
+    effect changed at a time (engine features, length tails, within-prompt spread); writes
+    r32_miss.md/.csv."""
+    from pipeplan.app.studies.rollout_r32 import R32_COLUMNS, explain_r32, r32_markdown
+    from pipeplan.core.io import write_atomic
+    from pipeplan.core.tables import csv_text
+
+    command = ("pipeplan rollout explain-r32 " + " ".join(sys.argv[3:]) if len(sys.argv) > 3
+               else "pipeplan rollout explain-r32")
+    with _progress("explain-r32") as progress:
+        rows = explain_r32(seeds=seeds, progress=progress)
+    md = r32_markdown(rows, command.strip())
+    with staged_folder(out) as stage:
+        write_atomic(stage / "r32_miss.md", md)
+        write_atomic(stage / "r32_miss.csv", csv_text(rows, R32_COLUMNS))
+    typer.echo(md + f"\nwritten: {out}/r32_miss.md, r32_miss.csv")

@@ -3,6 +3,7 @@ figures are the simulator's (never a solver's own), with the gap to the lower bo
 from __future__ import annotations
 
 from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.formulations.rollout.any_engine_bound import any_engine_lower_bound
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.problem import RolloutProblem
@@ -17,7 +18,8 @@ def scored_result(problem: RolloutProblem, solver: str, schedule: Schedule, *,
                   termination: Termination = Termination.COMPLETED, quality: Quality = Quality.FEASIBLE,
                   bound: float | None = None, params: dict | None = None, message: str = "",
                   stopped_by: str | None = None) -> SolveResult:
-    """``bound`` defaults to the analytic lower bound of the train end; a larger valid bound
+    """``bound`` defaults to the analytic lower bound of the train end (for one round on one
+    engine without shared prefixes; otherwise the bound that holds for any engine); a larger valid bound
     (a proven CP-SAT bound) may be passed. A bound above the schedule's own train end cannot
     hold: it is clamped to it. ``stopped_by``: "work" or "time" when a limit cut the run short."""
     violations = check(problem, schedule, staleness=(params or {}).get("staleness", 0))
@@ -25,7 +27,9 @@ def scored_result(problem: RolloutProblem, solver: str, schedule: Schedule, *,
         raise InvalidSchedule(f"{len(violations)} violations, first: {violations[0]}")
     objectives = schedule.metrics()
     end = objectives["train_end_s"]
-    lb = min(max(train_end_lower_bound(problem), bound or 0.0), end)
+    analytic = (train_end_lower_bound(problem) if problem.engine.single and problem.rounds == 1
+                else any_engine_lower_bound(problem))
+    lb = min(max(analytic, bound or 0.0), end)
     return SolveResult("rollout", problem.name, solver, termination, quality, objectives=objectives,
                        bound={"train_end_s": lb}, gap=max(0.0, (end - lb) / end) if end > 0 else 0.0,
                        params=params or {}, plan=schedule.plan(), message=message, stopped_by=stopped_by)

@@ -542,8 +542,8 @@ class _Engine:
                 stall += self.admit(rep, i)
         st.t += stall
         rep.t = st.t
-        if self.finish_due(rep):          # zero-length responses end with their prefill
-            return
+        if self.due(rep):                 # zero-length responses end with their prefill, at this
+            return                        # replica's next turn: in clock order with the others
         if rep.running == 0:
             wake = policy.next_wakeup(st) if rep.waiting else None
             if rep.waiting and (wake is None or wake <= st.t + EPS) and not multi and len(self.replicas) == 1:
@@ -566,6 +566,10 @@ class _Engine:
             dt = decode_time(eng, b, kv0, g)
         rep.chunk = (st.t, b, kv0, g)
         rep.t = st.t + dt
+
+    def due(self, rep: Replica) -> bool:
+        """Whether a running request of ``rep`` has made all its tokens already."""
+        return rep.running > 0 and self.heap_top(rep) <= rep.steps
 
     def heap_top(self, rep: Replica) -> int:
         st, heap = self.st, rep.heap

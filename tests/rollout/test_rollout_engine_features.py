@@ -297,6 +297,17 @@ def test_replicas_run_in_parallel():
     assert sorted(x.replica for x in two.segments) == [0, 1]
 
 
+def test_replicas_see_events_in_clock_order():
+    # one group: 0 (1 token) on replica 0, 1 (1 token) on replica 1, both done at 1.5 s
+    # (0.5 s prefill); replica 0 then admits 2 (0 tokens: it ends with its prefill at 2 s).
+    # The group completes at 2 s, not when replica 1's finish at 1.5 s is handled after it
+    # (the simulator used to finish 2 before replica 1's turn at 1.5 s came).
+    p = small_round([[1, 1, 0]], [1], seqs=1, c0=1.0, prefill_s_per_token=0.5, replicas=2)
+    s = run(p)
+    assert s.finish_s == [1.5, 1.5, 2.0] and s.group_complete_s == [2.0]
+    assert s.updates[0].start_s == 2.0
+
+
 # -- random rounds under random features and every policy ------------------------------------
 
 @st.composite

@@ -435,23 +435,28 @@ class _Engine:
         lower = [j for j in self.victims(rep) if policy.priority(st, j) > mine]
         lower.sort(key=lambda j: -policy.priority(st, j))     # stable: the victim order within a class
         need_seqs = rep.running + 1 - self.eng.max_num_seqs
-        freed_seqs = freed_kv = 0
+        freed_kv = 0
+        left = dict(rep.group_running)      # running samples per group once the chosen leave
         chosen = []
         for j in lower:
-            if freed_seqs >= need_seqs and self._fits_after(rep, i, freed_kv):
+            if len(chosen) >= need_seqs and self._fits_after(rep, i, freed_kv, left):
                 break
             chosen.append(j)
-            freed_seqs += 1
-            freed_kv += self.prompts[j] + (st.generated(j) if self.on_demand else self.lengths[j])
-        if not chosen or freed_seqs < need_seqs or not self._fits_after(rep, i, freed_kv):
+            g = j // self.K
+            left[g] -= 1
+            prompt = self.prompts[j] if not self.sharing or left[g] == 0 else 0   # a shared prompt stays
+            freed_kv += prompt + (st.generated(j) if self.on_demand else self.lengths[j])
+        if not chosen or len(chosen) < need_seqs or not self._fits_after(rep, i, freed_kv, left):
             return None
         stall = sum(self.preempt(rep, j) for j in chosen)
         self.start_decision(rep)
         return stall if self.fits(rep, i) else None
 
-    def _fits_after(self, rep: Replica, i: int, freed_kv: int) -> bool:
-        """Whether i's KV would fit with ``freed_kv`` tokens freed (a dry run of ``fits``)."""
-        cap, prompt, gb = self.eng.kv_capacity_tokens, self.prompts[i], self.st.generated_before[i]
+    def _fits_after(self, rep: Replica, i: int, freed_kv: int, left: dict[int, int]) -> bool:
+        """Whether i's KV would fit with ``freed_kv`` tokens freed and ``left`` running samples
+        per group (a dry run of ``fits``)."""
+        cap, gb = self.eng.kv_capacity_tokens, self.st.generated_before[i]
+        prompt = 0 if self.sharing and left.get(i // self.K, 0) else self.prompts[i]
         if not self.on_demand:
             return rep.reserved - freed_kv + prompt + self.lengths[i] <= cap
         return (self.projected - freed_kv + prompt + gb + self._future(i, gb, self.ratio) <= cap

@@ -218,6 +218,21 @@ def test_frontier_request_preempts_a_running_non_frontier_one():
     assert on.group_complete_s[1] == 6.0 < off.group_complete_s[1] == 10.0
 
 
+def test_preemption_counts_a_shared_prompt_as_freed_only_with_its_last_sample():
+    # prefix sharing, KV for 19 (reserve), frontier of 1 group: group 0 (2 x 1 token, prompt 1:
+    # 3 tokens) and the backfilled group 2 (2 x 3 tokens on a 10-token prompt: 16) fill it at
+    # 0 s; group 1 (2 x 6 tokens, prompt 1) waits. At 1 s group 1 is the frontier and needs 7:
+    # retracting one sample of group 2 frees only its 3 tokens (the prompt stays for the
+    # other), so both go and group 1 runs at once (the engine used to retract one, find that
+    # request 2 still did not fit, and leave it waiting with a sample retracted for nothing).
+    p = small_round([[1, 1], [6, 6], [3, 3]], [1, 1, 10], seqs=8, cap=19, c0=1.0, arrival=(0, 1, 4, 5, 2, 3),
+                    priority_preemption=True, prefix_sharing=True)
+    s = run(p, "fgd-soft", frontier=1)
+    assert retracted(s) == [(1.0, 4), (1.0, 5)]
+    assert s.admissions[4:] == [(2, 1.0), (3, 1.0), (4, 7.0), (5, 7.0)]
+    assert s.finish_s == [1.0, 1.0, 7.0, 7.0, 9.0, 9.0]
+
+
 def test_no_preemption_when_every_priority_is_equal():
     p = small_round(PRIORITY["responses"], PRIORITY["prompts"], seqs=2, c0=1.0, arrival=PRIORITY["arrival"])
     ref = run(p).to_dict()

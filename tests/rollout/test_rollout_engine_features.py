@@ -349,7 +349,7 @@ def featured_rounds(draw):
     return dataclasses.replace(p, rounds=rounds) if rounds > 1 else p
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(featured_rounds(), st.sampled_from(sorted(POLICIES)), st.integers(0, 2))
 def test_every_feature_combination_keeps_every_invariant(problem, policy, staleness):
     s = simulate(problem, make_policy(policy, staleness=staleness))
@@ -359,6 +359,12 @@ def test_every_feature_combination_keeps_every_invariant(problem, policy, stalen
     end = s.metrics()["train_end_s"]
     assert all(end >= min_request_time(problem, i) - 1e-9 for i in range(problem.n_requests))
     assert {x.replica for x in s.segments} <= set(range(problem.engine.replicas))
+    # round r arrives at round r - 1 - staleness's publish; each stay runs on the newest weights
+    ends = [e for _, e in s.publishes]
+    for x in s.segments:
+        r = problem.round_of(x.request // problem.K)
+        assert x.admit_s >= (ends[r - 1 - staleness] if r > staleness else 0.0) - 1e-9
+        assert x.version == sum(e <= x.admit_s + 1e-9 for e in ends) and max(0, r - staleness) <= x.version <= r
 
 
 # -- bad input -------------------------------------------------------------------------------

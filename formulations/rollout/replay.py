@@ -87,6 +87,11 @@ def check_plan(problem: RolloutProblem, plan: Any, source: str = "plan") -> None
         raise InputError(source, "updates", f"update sizes must be {problem.update_sizes()}")
     if plan.get("trainer", "planned") not in MODES:
         raise InputError(source, "trainer", f"expected one of {', '.join(MODES)}")
+    if problem.rounds > 1 and plan.get("trainer", "planned") == "planned":
+        raise InputError(source, "trainer", "a plan of several rounds replays with a stream or sync trainer")
+    staleness = plan.get("staleness", 0)
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+        raise InputError(source, "staleness", f"expected a whole number >= 0, got {staleness!r}")
 
 
 def replay(problem: RolloutProblem, plan: dict[str, Any], *, trainer: str | None = None) -> Schedule:
@@ -95,6 +100,7 @@ def replay(problem: RolloutProblem, plan: dict[str, Any], *, trainer: str | None
     ``trainer=`` overrides it, e.g. ``stream`` to consume groups in completion order."""
     check_plan(problem, plan)
     policy = ReplayPolicy(plan["admissions"], plan["updates"], trainer or plan.get("trainer", "planned"))
+    policy.staleness = plan.get("staleness", 0)
     schedule = simulate(problem, policy)
     schedule.policy = plan.get("policy") or "replay"
     return schedule

@@ -62,9 +62,14 @@ class Schedule:
         return out
 
     def plan(self) -> dict[str, Any]:
+        """The decisions: admissions, updates, and how the trainer runs (the planned updates for
+        one round; with several rounds the trainer's own rule, ``stream`` or ``sync``, rebuilds
+        them) and the staleness bound the run kept."""
+        several = len(self.publishes) > 1
+        trainer = "sync" if self.trainer_mode == "sync" else ("stream" if several else "planned")
         return {"schema": PLAN_SCHEMA, "policy": self.policy,
                 "admissions": [[i, t] for i, t in self.admissions], "updates": [list(u.groups) for u in self.updates],
-                "trainer": "sync" if self.trainer_mode == "sync" else "planned"}
+                "trainer": trainer, "staleness": self.staleness}
 
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "trainer_mode": self.trainer_mode, "metrics": self.metrics(),

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+import pipeplan
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.schedule import Update
@@ -171,3 +172,16 @@ def test_rounds_and_staleness_bad_input():
         assert err.value.field == "staleness"
     with pytest.raises(InputError, match="rounds"):
         preset_round("lsat-ar", 8, rounds=0)
+
+
+@pytest.mark.parametrize("policy", ["cgp", "sync", "fgd-soft"])
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_plan_of_several_rounds_replays_to_its_own_schedule(policy, staleness):
+    from pipeplan.formulations.rollout.replay import replay
+    p = preset_round("lsat-ar", 8, rounds=3)
+    r = pipeplan.solve(p, policy, **({"staleness": staleness} if staleness else {}))
+    s = replay(p, r.plan)
+    assert s.metrics()["train_end_s"] == r.objectives["train_end_s"]
+    assert check(p, s, staleness=staleness) == []
+    with pytest.raises(InputError, match="stream or sync"):
+        replay(p, {**r.plan, "trainer": "planned"})

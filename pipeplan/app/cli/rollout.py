@@ -373,3 +373,31 @@ def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds 
         write_atomic(stage / "r32_miss.md", md)
         write_atomic(stage / "r32_miss.csv", csv_text(rows, R32_COLUMNS))
     typer.echo(md + f"\nwritten: {out}/r32_miss.md, r32_miss.csv")
+
+
+@rollout_app.command("regimes")
+def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOAD_HELP),
+                seeds: int = typer.Option(2, "--seeds", min=1, help="rounds drawn per regime"),
+                cpsat_time_limit: float = typer.Option(10.0, "--cpsat-time-limit",
+                                                       help="seconds per CP-SAT reference run (0: none)"),
+                jobs: int = typer.Option(2, "--jobs", min=1, help="processes that run the policies"),
+                frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
+                out: Path = typer.Option(Path("results/rollout"), "--out",
+                                         help="folder of fgd_regimes.md/.csv and the plots")):
+    """Where FGD matters: FGD, CGP, the engines' retract rules and the oracle policies over KV
+    pressure x length tail x replicas x R x asynchrony, against the best schedule found and the
+    best bound; writes fgd_regimes.md/.csv and three plots (about 10 min on 2 cores)."""
+    from pipeplan.app.studies.rollout_regimes import regime_map, write_regimes
+    from pipeplan.formulations.rollout.workloads import preset_round
+
+    if cpsat_time_limit < 0:
+        raise InputError("--cpsat-time-limit", "", f"must be >= 0 seconds, got {cpsat_time_limit}")
+    preset_round(workload, 32)                  # an unknown preset fails before any work
+    command = ("pipeplan rollout regimes " + " ".join(sys.argv[3:]) if len(sys.argv) > 3
+               else "pipeplan rollout regimes")
+    with _progress("regimes") as progress:
+        rows = regime_map(workload=workload, seeds=seeds, cpsat_seeds=1 if cpsat_time_limit > 0 else 0,
+                          cpsat_time_limit=cpsat_time_limit or 10.0, frontier=frontier, workers=jobs,
+                          progress=progress)
+    paths = write_regimes(rows, out, command.strip())
+    typer.echo(f"{len(rows)} regimes; written: " + ", ".join(str(p) for p in paths))

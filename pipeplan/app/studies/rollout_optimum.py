@@ -51,7 +51,7 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
 
 
 def optimum_gaps(*, workloads=tuple(PRESETS), Rs=R_PAPER, cpsat_Rs=(32,), bound_Rs=(32,), seed: int = 0,
-                 time_limit: float = 60.0, threads: int = 2, bound_time: float = 30.0, rho_workload: str = "lsat-ar", rho_R: int = 32,
+                 time_limit: float = 60.0, threads: int = 2, bound_time: float = 60.0, rho_workload: str = "lsat-ar", rho_R: int = 32,
                  rhos=(0.25, 0.5, 1, 2, 4), engines=("real", "linear"), progress=None) -> list[dict]:
     """Rows for every (workload, R, engine) at the preset trainer (rho ``preset``), then the
     ``rhos`` sweep of ``rho_workload`` at ``rho_R``. CP-SAT runs (``time_limit`` s, ``threads``)

@@ -401,3 +401,38 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
                           progress=progress)
     paths = write_regimes(rows, out, command.strip())
     typer.echo(f"{len(rows)} regimes; written: " + ", ".join(str(p) for p in paths))
+
+
+@rollout_app.command("optimum-gaps")
+def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "sci-jl", "olyphys")), "--workloads",
+                                                   help=WORKLOAD_HELP + " (comma list)"),
+                     time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per CP-SAT run (R = 32)"),
+                     bound_time: float = typer.Option(60.0, "--bound-time",
+                                                      help="seconds per flow-shop relaxation (R = 32)"),
+                     threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
+                     rhos: str = typer.Option("0.25,0.5,1,2,4", "--rhos", help="comma list for the lsat-ar R = 32 sweep"),
+                     out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of optimum_gaps.md/.csv")):
+    """How tight the offline optimum is: the best schedule any solver finds against the best
+    proven lower bound, per workload and R on the real and the linear engine, and along a rho
+    sweep; writes optimum_gaps.md/.csv (about 40 min on 2 cores with the defaults)."""
+    from pipeplan.app.studies.rollout_optimum import COLUMNS, optimum_gaps, optimum_gaps_markdown
+    from pipeplan.core.io import write_atomic
+    from pipeplan.core.tables import csv_text
+    from pipeplan.formulations.rollout.workloads import preset_round
+
+    check_limits(time_limit, threads)
+    check_limits(bound_time, threads)
+    names = [w.strip() for w in workloads.split(",") if w.strip()]
+    for w in names:
+        preset_round(w, 32)                      # unknown presets fail before any work
+    values = _floats(rhos, "--rhos")
+    command = ("pipeplan rollout optimum-gaps " + " ".join(sys.argv[3:]) if len(sys.argv) > 3
+               else "pipeplan rollout optimum-gaps")
+    with _progress("optimum-gaps") as progress:
+        rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
+                            rhos=values, progress=progress)
+    md = optimum_gaps_markdown(rows, command.strip())
+    with staged_folder(out) as stage:
+        write_atomic(stage / "optimum_gaps.md", md)
+        write_atomic(stage / "optimum_gaps.csv", csv_text(rows, COLUMNS))
+    typer.echo(md + f"\nwritten: {out}/optimum_gaps.md, optimum_gaps.csv")

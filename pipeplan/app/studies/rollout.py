@@ -191,7 +191,9 @@ def _notes(records: list[dict]) -> list[str]:
                      f"holds nearly the whole round), so groups run side by side and {_pct(late)} of them complete "
                      "in the second half of the rollout; the trainer cannot start much of its work early. The "
                      "paper's max response length is not published: a longer one widens the reduction "
-                     "(sensitivity table).")
+                     "(sensitivity table). r32_miss.md (`pipeplan rollout explain-r32`) changes one modelled "
+                     "effect at a time: no engine feature moves R = 32 into the band; a stronger within-prompt "
+                     "correlation of the lengths does.")
     low_wait = [r for r in records if r["waiting_ratio_reduction"] < PAPER_BANDS["waiting_ratio_reduction"][0] - 0.005]
     if low_wait:
         names = ", ".join(f"{r['workload']} R={r['R']}" for r in low_wait)
@@ -215,8 +217,10 @@ def _notes(records: list[dict]) -> list[str]:
                  "reports that CGP gives 71-96% of the gain and FGD 2.5-11.4%). In this engine model the frontier's "
                  "requests are almost always already running when a slot frees, because requests arrive nearly "
                  "group-major (the default arrival jitter); FGD only matters when arrivals scatter groups or retractions "
-                 "push frontier requests to the queue tail (sensitivity table). The hard gate with F_w = 2 starves "
-                 "the engine (16 running requests) and loses badly when the rollout is not trainer-bound.")
+                 "push frontier requests to the queue tail (sensitivity table; fgd_regimes.md, `pipeplan rollout "
+                 "regimes`, maps where: SGLang's tail re-queue under KV pressure). The hard gate with "
+                 "F_w = 2 starves the engine (16 running requests) and loses badly when the rollout is not "
+                 "trainer-bound.")
     if not low_end and not low_wait and not base:
         notes.insert(0, "- Every setting lands inside the paper's bands for the end-time reduction, the waiting-ratio "
                         "reduction and the synchronous waiting ratio.")

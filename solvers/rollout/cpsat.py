@@ -29,6 +29,7 @@ import math
 import time
 
 from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.errors import InputError
 from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, Termination, stop_note
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
@@ -238,8 +239,14 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | Non
     """With a linear engine every planned start lies on the engine's step grid (c0), so the
     replay is exact. The time limit covers building the model and the hint too; past it the
     hint schedule comes back (termination time_limit). ``work_limit``: CP-SAT deterministic
-    seconds for the search (None: none)."""
+    seconds for the search (None: none). One round only: several rounds (``problem.rounds``)
+    raise InputError. On several replicas or with shared prefixes the fixed-duration model is
+    a heuristic (its plan replayed in the simulator), never a proof."""
     check_work_limit(work_limit)
+    if problem.rounds > 1:
+        raise InputError(problem.source or problem.name, "rounds",
+                         f"the offline optimum plans one round; this problem has {problem.rounds} "
+                         "(simulate the online policies instead)")
     clock = Deadline(time_limit)
     rescore = RESCORE_S + RESCORE_S_PER_REQUEST * problem.n_requests
     search = Deadline(None if time_limit is None else max(0.0, time_limit - rescore))

@@ -67,6 +67,7 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("simulate", "--workload", "lsat-ar", "--tail", "fat"), ("unknown length tail",)),
     (("async", "--staleness", "0,-1"), ("--staleness",)),
     (("async", "--rounds", "0"), ("--rounds",)),
+    (("compare", "--workload", "lsat-ar", "--R", "4", "--rounds", "2", "--offline"), ("--offline", "one round")),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
     proc = cli(*args, "--out", tmp_path / "out" / "x.json" if args[0] == "simulate" else tmp_path / "out")

@@ -191,6 +191,8 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
     names = _names(policies) + (["cpsat"] if offline else [])
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
                        engine, tail, rounds)
+    if offline and problem.rounds > 1:
+        raise InputError("--offline", "", "the offline optimum plans one round; drop --offline or --rounds")
     with _progress(f"compare {problem.name}"):
         results = solve_all(problem, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier,
                             staleness=staleness)

@@ -185,3 +185,9 @@ def test_a_plan_of_several_rounds_replays_to_its_own_schedule(policy, staleness)
     assert check(p, s, staleness=staleness) == []
     with pytest.raises(InputError, match="stream or sync"):
         replay(p, {**r.plan, "trainer": "planned"})
+
+
+def test_the_offline_optimum_refuses_several_rounds():
+    from pipeplan.solvers.rollout.cpsat import solve_cpsat
+    with pytest.raises(InputError, match="one round"):
+        solve_cpsat(preset_round("lsat-ar", 4, rounds=2), time_limit=5)

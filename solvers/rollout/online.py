@@ -18,6 +18,7 @@ from pipeplan.solvers.rollout.policies import (
     FifoPolicy,
     LongestFirstPolicy,
     ShortestFirstPolicy,
+    SlackPolicy,
     SyncPolicy,
 )
 
@@ -30,6 +31,7 @@ POLICIES = {
     "longest-first": (LongestFirstPolicy, "oracle: longest known response first, with CGP"),
     "shortest-first": (ShortestFirstPolicy, "oracle: shortest known response first, with CGP"),
     "deadline": (DeadlinePolicy, "oracle: least laxity to the trainer's projected need of each group, with CGP"),
+    "slack": (SlackPolicy, "oracle: by group's longest response - alpha x own response (alpha 0.5), with CGP"),
 }
 TAKES_FRONTIER = ("fgd-hard", "fgd-soft")
 
@@ -45,13 +47,17 @@ def make_policy(name: str, staleness: int = 0, **params):
 
 
 def _register(name: str, description: str):
-    """Register policy ``name``; only the frontier policies declare ``frontier`` (F_w groups)."""
+    """Register policy ``name``; the frontier policies declare ``frontier`` (F_w groups), ``slack``
+    its ``alpha``, every policy ``staleness``."""
     def run(problem, params: dict):
         return scored_result(problem, name, simulate(problem, make_policy(name, **params)), params=params)
 
     if name in TAKES_FRONTIER:
         def solve(problem, *, frontier: int = 2, staleness: int = 0):
             return run(problem, {"frontier": frontier, **({"staleness": staleness} if staleness else {})})
+    elif name == "slack":
+        def solve(problem, *, alpha: float = 0.5, staleness: int = 0):
+            return run(problem, {"alpha": alpha, **({"staleness": staleness} if staleness else {})})
     else:
         def solve(problem, *, staleness: int = 0):
             return run(problem, {"staleness": staleness} if staleness else {})

@@ -129,6 +129,17 @@ def test_oracle_orders_are_the_admission_orders():
         assert [i for i, _ in s.admissions] == sorted(range(p.n_requests), key=key)
 
 
+def test_slack_orders_by_group_longest_minus_alpha_times_own_length():
+    p = small_round([[5, 1, 3], [2, 8, 4]], seqs=1, c0=0.01)
+    for alpha in (0.0, 0.5, 1.0):
+        s = simulate(p, make_policy("slack", alpha=alpha))
+        key = {i: max(p.lengths[j] for j in p.group_requests(i // p.K)) - alpha * p.lengths[i]
+               for i in range(p.n_requests)}
+        assert [i for i, _ in s.admissions] == sorted(range(p.n_requests), key=lambda i: (key[i], i))
+    # alpha 0: the easier group (longest 5) entirely before the harder one (longest 8)
+    assert [i for i, _ in simulate(p, make_policy("slack", alpha=0.0)).admissions][:3] == [0, 1, 2]
+
+
 def test_sync_trains_after_the_whole_round_in_prompt_order():
     p = preset_round("lsat-ar", 32, seed=0)
     s = simulate(p, make_policy("sync"))

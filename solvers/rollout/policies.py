@@ -94,7 +94,7 @@ class SlackPolicy(OrderPolicy):
     default, was picked on the three linear-engine presets whose optimum is proven (R = 32:
     1.086-1.090 x the optimum against 1.100-1.112 for ``deadline``) and checked on the rho
     sweep of one of them (0.5: 1.091 x the proven optimum) and on the real engine, where it
-    ties ``deadline`` (results/rollout/optimum_gaps.md)."""
+    lands within a point of ``deadline`` (optima and best schedules: results/rollout/optimum_gaps.md)."""
 
     name = "slack"
 

@@ -34,7 +34,7 @@ from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import K_PAPER, QWEN3_1_7B_2xA100, preset_round
 from pipeplan.solvers.rollout.online import make_policy
 
-POLICIES = ("sync", "cgp", "fgd-soft", "fgd-hard", "fifo", "longest-first", "shortest-first", "deadline")
+POLICIES = ("sync", "cgp", "fgd-soft", "fgd-hard", "fifo", "longest-first", "shortest-first", "deadline", "slack")
 PRIO = "fgd-soft+prio"
 ALL_POLICIES = POLICIES + (PRIO,)
 ASYNCS = ((1, 0), (4, 0), (4, 1))

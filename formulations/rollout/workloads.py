@@ -176,10 +176,19 @@ def preset_round(name: str, R: int, *, K: int = K_PAPER, seed: int = 0, engine: 
         if max_response_tokens < 1:
             raise InputError(name, "max_response_tokens", f"must be positive, got {max_response_tokens}")
         w = Workload(**{**w.to_dict(), "max_response_tokens": max_response_tokens})
-    prompts, responses = sample_lengths(w, R * rounds, K, seed)
     tag = ("" if tail == "paper" else f"-{tail}") + (f"-x{rounds}" if rounds > 1 else "") + (f"-s{seed}" if seed else "")
-    problem = make_round(f"rollout/{name}-R{R}{tag}", prompts, responses, engine=engine, trainer=trainer,
+    return workload_round(w, R, K=K, seed=seed, engine=engine, trainer=trainer, jitter_groups=jitter_groups,
+                          rounds=rounds, name=f"rollout/{name}-R{R}{tag}", meta={"tail": tail})
+
+
+def workload_round(w: Workload, R: int, *, K: int = K_PAPER, seed: int = 0, engine: EngineModel | None = None,
+                   trainer: TrainerModel | None = None, jitter_groups: float = ARRIVAL_JITTER_GROUPS,
+                   rounds: int = 1, name: str = "", meta: dict | None = None) -> RolloutProblem:
+    """``rounds`` rounds of R groups drawn from workload ``w`` (``preset_round`` checks the
+    arguments first; studies that vary a workload's parameters call this directly)."""
+    prompts, responses = sample_lengths(w, R * rounds, K, seed)
+    problem = make_round(name or f"rollout/{w.name}-R{R}", prompts, responses, engine=engine, trainer=trainer,
                          jitter_groups=jitter_groups, seed=seed, max_response_tokens=w.max_response_tokens,
                          meta={"workload": w.to_dict(), "R": R, "K": K, "seed": seed, "jitter_groups": jitter_groups,
-                               "tail": tail, "rounds": rounds})
+                               "rounds": rounds, **(meta or {})})
     return dataclasses.replace(problem, rounds=rounds) if rounds > 1 else problem

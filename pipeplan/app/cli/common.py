@@ -124,6 +124,13 @@ class Group(TyperGroup):
         return super().main(args, *rest, **kwargs)
 
 
+def command_text(words: str) -> str:
+    """The command line as typed, for the header of a results file: ``words`` (the command's
+    own, e.g. "pipeplan rollout sweep") and the arguments that followed them."""
+    extra = sys.argv[len(words.split()):]
+    return f"{words} {' '.join(extra)}".strip() if extra else words
+
+
 # --- progress ---------------------------------------------------------------------------------
 
 PLAIN_INTERVAL_S = 2.0   # at most one plain progress line this often (plus the last one)

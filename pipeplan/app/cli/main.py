@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from pipeplan.app.cli.common import Group, listed
+from pipeplan.app.cli.common import Group, command_text, listed
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.app.cli.gradcode import app as gradcode_app
 from pipeplan.app.cli.instance import instance_cmd
@@ -297,7 +297,7 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out", help="f
     chosen = [s.strip() for s in instances.split(",")] if instances else STUDY_INSTANCES
     for inst in chosen:
         load_mapping(inst)
-    command = "pipeplan study " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "pipeplan study"
+    command = command_text("pipeplan study")
     with staged_folder(out) as stage, _progress("study") as progress:
         md = study(stage, names=names, instances=chosen, time_limit=time_limit, threads=threads, seed=seed,
                    command=command.strip(), progress=progress)
@@ -324,7 +324,7 @@ def energy_efficiency_cmd(out: Path = typer.Option(Path("results/mapping"), "--o
         load_mapping(inst)
     for file in ("energy_efficiency.md", "energy_efficiency.csv", "energy_efficiency_plans.csv"):
         check_output(out / file)
-    command = "pipeplan energy-efficiency " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "pipeplan energy-efficiency"
+    command = command_text("pipeplan energy-efficiency")
     with _progress("energy-efficiency") as progress:
         table = energy_efficiency(chosen, out, time_limit=time_limit, threads=threads, seed=seed,
                                   command=command.strip(), progress=progress)
@@ -582,7 +582,7 @@ def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--model
     names = [m.strip() for m in models.split(",") if m.strip()]
     if not names:
         raise InputError("--models", "", "no model names")
-    command = "pipeplan " + " ".join(sys.argv[1:]) if len(sys.argv) > 1 else "pipeplan deploy-loop"
+    command = command_text("pipeplan deploy-loop")
     with _progress("deploy-loop") as progress:
         md = deploy_loop(names, out, solvers=tuple(_solver_list(solvers)), frames=frames, runs=runs,
                          cpsat_time_limit=cpsat_time_limit, seed=seed, command=command, progress=progress)

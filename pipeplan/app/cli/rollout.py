@@ -15,13 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from pipeplan.app.cli.common import listed
+from pipeplan.app.cli.common import command_text, listed
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
@@ -270,12 +269,12 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
     if not kinds or any(e not in ("real", "linear") for e in kinds):
         raise InputError("--engines", "", f"expected real and/or linear, got {engines!r}")
     preset_round(workload, R, seed=seed)          # bad presets and R < U fail before any work
-    command = "pipeplan rollout sweep " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "pipeplan rollout sweep"
+    command = command_text("pipeplan rollout sweep")
     with _progress("sweep") as progress:
         rows = sweep(workload=workload, R=R, seed=seed, rhos=values, engines=kinds, time_limit=time_limit,
                      threads=threads, frontier=frontier, progress=progress)
     title = f"{workload}, R = {R}, seed {seed}"
-    md = sweep_markdown(rows, command.strip(), title)
+    md = sweep_markdown(rows, command, title)
     with staged_folder(out) as stage:
         write_atomic(stage / "sweep.csv", csv_text(rows, SWEEP_COLUMNS))
         write_atomic(stage / "sweep.md", md)
@@ -304,11 +303,11 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
 
     jitter = ARRIVAL_JITTER_GROUPS if jitter is None else jitter
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates
-    command = "pipeplan rollout reproduce " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "pipeplan rollout reproduce"
+    command = command_text("pipeplan rollout reproduce")
     with _progress("reproduce") as progress:
         records = reproduce(seeds=seeds, max_response=max_response, jitter=jitter, frontier=frontier, progress=progress)
         sens = sensitivity_rows(seeds=seeds, frontier=frontier) if sensitivity else None
-    md = reproduction_markdown(records, command.strip(), sens)
+    md = reproduction_markdown(records, command, sens)
     with staged_folder(out) as stage:
         write_atomic(stage / "reproduction.md", md)
         write_atomic(stage / "reproduction.csv", csv_text(records, REPRO_COLUMNS))
@@ -345,10 +344,10 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
         raise InputError("--staleness", "", f"expected whole numbers >= 0, got {stalenesses!r}")
     for w in names:
         preset_round(w, R, rounds=rounds)        # bad presets, R < U fail before any work
-    command = "pipeplan rollout async " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "pipeplan rollout async"
+    command = command_text("pipeplan rollout async")
     with _progress("async") as progress:
         rows = async_study(workloads=names, R=R, rounds=rounds, stalenesses=etas, seeds=seeds, progress=progress)
-    md = async_markdown(rows, command.strip())
+    md = async_markdown(rows, command)
     with staged_folder(out) as stage:
         write_atomic(stage / "async.md", md)
         write_atomic(stage / "async.csv", csv_text(rows, ASYNC_COLUMNS))
@@ -366,11 +365,10 @@ def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds 
     from pipeplan.core.io import write_atomic
     from pipeplan.core.tables import csv_text
 
-    command = ("pipeplan rollout explain-r32 " + " ".join(sys.argv[3:]) if len(sys.argv) > 3
-               else "pipeplan rollout explain-r32")
+    command = command_text("pipeplan rollout explain-r32")
     with _progress("explain-r32") as progress:
         rows = explain_r32(seeds=seeds, progress=progress)
-    md = r32_markdown(rows, command.strip())
+    md = r32_markdown(rows, command)
     with staged_folder(out) as stage:
         write_atomic(stage / "r32_miss.md", md)
         write_atomic(stage / "r32_miss.csv", csv_text(rows, R32_COLUMNS))
@@ -395,13 +393,12 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
     if cpsat_time_limit < 0:
         raise InputError("--cpsat-time-limit", "", f"must be >= 0 seconds, got {cpsat_time_limit}")
     preset_round(workload, 32)                  # an unknown preset fails before any work
-    command = ("pipeplan rollout regimes " + " ".join(sys.argv[3:]) if len(sys.argv) > 3
-               else "pipeplan rollout regimes")
+    command = command_text("pipeplan rollout regimes")
     with _progress("regimes") as progress:
         rows = regime_map(workload=workload, seeds=seeds, cpsat_seeds=1 if cpsat_time_limit > 0 else 0,
                           cpsat_time_limit=cpsat_time_limit or 10.0, frontier=frontier, workers=jobs,
                           progress=progress)
-    paths = write_regimes(rows, out, command.strip())
+    paths = write_regimes(rows, out, command)
     typer.echo(f"{len(rows)} regimes; written: " + ", ".join(str(p) for p in paths))
 
 
@@ -417,9 +414,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     """How tight the offline optimum is: the best schedule any solver finds against the best
     proven lower bound, per workload and R on the real and the linear engine, and along a rho
     sweep; writes optimum_gaps.md/.csv (about 40 min on 2 cores with the defaults)."""
-    from pipeplan.app.studies.rollout_optimum import COLUMNS, optimum_gaps, optimum_gaps_markdown
-    from pipeplan.core.io import write_atomic
-    from pipeplan.core.tables import csv_text
+    from pipeplan.app.studies.rollout_optimum import optimum_gaps, write_optimum_gaps
     from pipeplan.formulations.rollout.workloads import preset_round
 
     check_limits(time_limit, threads)
@@ -428,13 +423,9 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     for w in names:
         preset_round(w, 32)                      # unknown presets fail before any work
     values = _floats(rhos, "--rhos")
-    command = ("pipeplan rollout optimum-gaps " + " ".join(sys.argv[3:]) if len(sys.argv) > 3
-               else "pipeplan rollout optimum-gaps")
+    command = command_text("pipeplan rollout optimum-gaps")
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
                             rhos=values, progress=progress)
-    md = optimum_gaps_markdown(rows, command.strip())
-    with staged_folder(out) as stage:
-        write_atomic(stage / "optimum_gaps.md", md)
-        write_atomic(stage / "optimum_gaps.csv", csv_text(rows, COLUMNS))
+    md = write_optimum_gaps(rows, out, command)
     typer.echo(md + f"\nwritten: {out}/optimum_gaps.md, optimum_gaps.csv")

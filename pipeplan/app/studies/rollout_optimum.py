@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pipeplan
 from pipeplan.app.studies.rollout import _when, linearized, with_rho
-from pipeplan.core.io import write_atomic
+from pipeplan.core.io import staged_folder, write_atomic
 from pipeplan.core.tables import csv_text, markdown_table
 from pipeplan.formulations.rollout.bounds import separate_bound, train_end_lower_bound
 from pipeplan.formulations.rollout.flowshop_bound import chain_bound
@@ -108,12 +108,10 @@ def optimum_gaps_markdown(rows: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_optimum_gaps(out_dir: str | Path = "results/rollout", *, command: str | None = None, **kw) -> list[dict]:
-    """Run ``optimum_gaps(**kw)`` and write ``optimum_gaps.md`` and ``optimum_gaps.csv`` in
-    ``out_dir`` (each atomically)."""
-    rows = optimum_gaps(**kw)
-    command = command or f"pipeplan.app.studies.rollout_optimum.write_optimum_gaps({out_dir!r})"
-    out = Path(out_dir)
-    write_atomic(out / "optimum_gaps.csv", csv_text(rows, COLUMNS))
-    write_atomic(out / "optimum_gaps.md", optimum_gaps_markdown(rows, command))
-    return rows
+def write_optimum_gaps(rows: list[dict], out: str | Path, command: str) -> str:
+    """optimum_gaps.md and .csv, moved into ``out`` together (each atomically); the markdown."""
+    md = optimum_gaps_markdown(rows, command)
+    with staged_folder(out) as stage:
+        write_atomic(stage / "optimum_gaps.md", md)
+        write_atomic(stage / "optimum_gaps.csv", csv_text(rows, COLUMNS))
+    return md

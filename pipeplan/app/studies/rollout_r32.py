@@ -27,9 +27,8 @@ from pipeplan.formulations.rollout.workloads import (
     TAILS,
     QWEN3_1_7B_2xA100,
     Workload,
-    make_round,
-    sample_lengths,
     with_tail,
+    workload_round,
 )
 from pipeplan.solvers.rollout.online import make_policy
 
@@ -37,15 +36,9 @@ SPLITS = (0.4, 0.3, 0.2)     # sigma_sample of the variance-split variants (the 
 CALIBRATION_STEPS = 3        # secant steps on the median to hold the R = 96 sync rollout
 
 
-def _round(w: Workload, R: int, seed: int, engine):
-    prompts, responses = sample_lengths(w, R, 8, seed)
-    return make_round(f"{w.name}-R{R}", prompts, responses, engine=engine, seed=seed,
-                      max_response_tokens=w.max_response_tokens)
-
-
 def _sync_rollout(w: Workload, seeds: int, engine) -> float:
-    return mean(simulate(_round(w, 96, s, engine), make_policy("sync")).metrics()["rollout_makespan_s"]
-                for s in range(seeds))
+    runs = (simulate(workload_round(w, 96, seed=s, engine=engine), make_policy("sync")) for s in range(seeds))
+    return mean(r.metrics()["rollout_makespan_s"] for r in runs)
 
 
 def _split(w: Workload, sigma_sample: float, seeds: int) -> Workload:
@@ -87,7 +80,7 @@ def variants(seeds: int):
 def _setting(w: Workload, R: int, seeds: int, engine) -> dict:
     runs, shapes = [], []
     for seed in range(seeds):
-        p = _round(w, R, seed, engine)
+        p = workload_round(w, R, seed=seed, engine=engine)
         a = simulate(p, make_policy("sync")).metrics()
         cgp = simulate(p, make_policy("cgp"))
         b = simulate(p, make_policy("fgd-soft")).metrics()

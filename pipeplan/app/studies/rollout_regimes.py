@@ -590,11 +590,3 @@ def write_regimes(rows: list[dict], out: str | Path, command: str) -> list[Path]
         headline_bars([head] + ([other] if other else []), stage / "fgd_regimes_headline.png")
     return [out / f for f in FILES if f != "fgd_regimes_replicas.png" or two]
 
-
-def regenerate(out: str | Path = "results/rollout", *, command: str = "pipeplan rollout regimes", workers: int = 2,
-               progress=None, **kw) -> list[dict]:
-    """Run the default map and write its files into ``out``; the rows."""
-    rows = regime_map(workers=workers, progress=progress, **kw)
-    write_regimes(rows, out, command)
-    return rows
-

@@ -4,14 +4,15 @@ Not from the paper (whose cluster is not described in numbers here): partition t
 speed-1 worker; homogeneous workers straggle with probability 0.2; the straggler delay is
 exponential with mean 1 s (the PGC experiments use means of 1 s and 2 s). Heterogeneous
 clusters mix three tiers in a fixed interleaved order: fast (speed 2, straggles 5% of the
-steps, stores 2(s+1) partitions), medium (speed 1, 15%, s+1) and slow (speed 0.5, 40%, s+1).
+steps, stores 2(s+1) partitions), medium (speed 1, 15%, s+1) and slow (speed 0.5, 40%, s+1);
+``hetero-n24-s2`` repeats the 12-worker pattern twice.
 """
 from __future__ import annotations
 
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.gradcode.problem import GradCodeProblem, homogeneous_problem
 from pipeplan.formulations.gradcode.straggler import StragglerModel
-from pipeplan.instances.gradcode_clusters import heterogeneous_problem
+from pipeplan.instances.gradcode_clusters import PATTERN, heterogeneous_problem
 
 
 def _catalogue() -> dict[str, callable]:
@@ -29,6 +30,7 @@ def _catalogue() -> dict[str, callable]:
     out["gradcode/hetero-n12-s2-pareto"] = lambda: heterogeneous_problem(
         "gradcode/hetero-n12-s2-pareto", 2, straggler=StragglerModel(kind="pareto", scale_s=0.5, alpha=1.5))
     out["gradcode/homog-n24-s3"] = lambda: homogeneous_problem(24, 3, name="gradcode/homog-n24-s3")
+    out["gradcode/hetero-n24-s2"] = lambda: heterogeneous_problem("gradcode/hetero-n24-s2", 2, pattern=PATTERN * 2)
     return out
 
 

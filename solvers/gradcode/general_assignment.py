@@ -1,0 +1,235 @@
+"""The assignment over the general class of exact gradient codes (supports not restricted to
+FR-like groups), with a proven lower bound for every code.
+
+Bound (``coverage_bound``, formulation): over the R sampled delay scenarios, no exact code with
+the problem's capacities has a smaller mean step time than
+
+    min over integer loads l (l_i <= min(cap_i, k), sum l_i >= (s+1) k)
+        of mean_r  min { t : sum of l_i over the workers with reply time <= t  >= k }.
+
+That minimum is a MILP solved here with HiGHS (through PuLP), whose own dual bound
+(``mip_dual_bound``) is reported, never a made-up one. Model, per scenario r: the events (i, v),
+"worker i with load v replies", at t_riv = v c_i + D_ri (pipelined: c_i + D_ri, one event per
+worker that brings its l_i), sorted by time; binary z_iv picks worker i's load; cov_rm, the
+partitions held by the replies up to event m, is a running sum of v z_iv; binary e_rm = 1 while
+they are short of k (cov_rm + k e_rm >= k), and the step lasts t_r1 + sum_m (t_r,m+1 - t_rm) e_rm.
+The LP relaxation is the fractional coverage e_rm >= 1 - cov_rm / k, which keeps HiGHS's bound
+close.
+
+Primal codes (each re-scored in sample on the same scenarios, the best kept, then scored by the
+evaluator and the verifier):
+
+* ``groups``: the optimal FR-like group placement (the CP-SAT model of ``cpsat``, unequal
+  groups and counts), on part of the time;
+* ``hetero-aware``: Wang-Liu-Shroff's code (``heterogeneous``) on speed-proportional loads;
+* ``hetero-tuned``: the same construction (cyclic filling, any n-s decode) on loads tuned by a
+  local search on the in-sample step time of the count rule (the (n-s)-th reply), started from
+  the speed-proportional loads and from the bound's optimal loads.
+
+The bound is on the in-sample objective (``saa_step_s``), so the gap compares like with like;
+the evaluator's expected step time is out of sample.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.registry import register
+from pipeplan.core.result import Quality, Termination, stop_note
+from pipeplan.formulations.gradcode.coverage_bound import coverage_step_times, load_limits, reply_times
+from pipeplan.formulations.gradcode.evaluator import scenario_objective
+from pipeplan.formulations.gradcode.problem import GradCodeProblem
+from pipeplan.solvers.gradcode import cpsat
+from pipeplan.solvers.gradcode.assignment import assignment_data, code_from_assignment
+from pipeplan.solvers.gradcode.common import scored_result, search_deadline
+from pipeplan.solvers.gradcode.heterogeneous import hetero_aware_code, speed_loads
+
+BOUND_SHARE = 0.5     # of the search time, for the bound model; the group search gets the rest
+
+
+def bound_model(problem: GradCodeProblem, scenarios: np.ndarray, *, deadline: Deadline, seed: int = 0,
+                threads: int = 1) -> tuple[np.ndarray | None, float | None, str]:
+    """The coverage-bound MILP on ``scenarios`` (R, n), worker order: (optimal or best loads
+    found, HiGHS's proven bound on the mean, state). Raises OutOfTime when the model cannot be
+    built and handed over before the deadline."""
+    import pulp
+
+    from pipeplan.solvers.pulp_backend import make_solver, pick_backend
+
+    n, k, s = problem.n, problem.k, problem.s
+    L = load_limits(problem)
+    if L.sum() < (s + 1) * k:
+        return None, None, "infeasible"
+    c = problem.partition_time_s / np.asarray(problem.speeds, dtype=np.float64)
+    prob = pulp.LpProblem("gradcode_coverage_bound", pulp.LpMinimize)
+    z = {(i, v): prob.add_variable(f"z_{i}_{v}", cat="Binary") for i in range(n) for v in range(int(L[i]) + 1)}
+    load = {i: pulp.lpSum(v * z[i, v] for v in range(1, int(L[i]) + 1)) for i in range(n)}
+    for i in range(n):
+        prob += pulp.lpSum(z[i, v] for v in range(int(L[i]) + 1)) == 1
+    prob += pulp.lpSum(load.values()) >= (s + 1) * k
+    objective = []
+    R = scenarios.shape[0]
+    for r in range(R):
+        deadline.check()
+        if problem.pipelined:      # (time, contribution) per worker
+            events = [(c[i] + scenarios[r, i], load[i], L[i]) for i in range(n)]
+        else:
+            events = [(v * c[i] + scenarios[r, i], v * z[i, v], v) for i in range(n) for v in range(1, int(L[i]) + 1)]
+        events.sort(key=lambda e: e[0])
+        times = [e[0] for e in events]
+        objective.append(times[0])
+        cov, most = None, 0
+        for m in range(len(events) - 1):
+            cov = events[m][1] if cov is None else cov + events[m][1]
+            most += events[m][2]
+            step = times[m + 1] - times[m]
+            if step <= 0:
+                continue
+            if most < k:           # the replies so far cannot hold k partitions whatever the loads
+                objective.append(step)
+                continue
+            running = prob.add_variable(f"cov_{r}_{m}", 0)
+            prob += running == cov
+            cov = running
+            e = prob.add_variable(f"e_{r}_{m}", cat="Binary")
+            prob += running + k * e >= k
+            objective.append(step * e)
+    prob.setObjective(pulp.lpSum(objective) * (1.0 / R))
+    speed = speed_loads(problem)          # a feasible start: the heterogeneity-aware loads
+    for (i, v), var in z.items():
+        var.setInitialValue(1 if speed[i] == v else 0)
+    deadline.check()
+    backend = pick_backend("highs")
+    left = deadline.remaining(floor=0.05) if deadline.limit is not None else None
+    prob.solve(make_solver(backend, time_limit=left, threads=threads, seed=seed, warm=True))
+    state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible"}.get(prob.sol_status, "none")
+    if state == "none":
+        return None, None, state
+    loads = np.array([int(round(pulp.value(load[i]) or 0)) for i in range(n)], dtype=np.int64)
+    if backend == "highs":
+        # PuLP hands HiGHS the objective without its constant term (the steps no load choice
+        # can shorten): HiGHS's bound is on the rest
+        bound = prob.solverModel.getInfo().mip_dual_bound
+        bound = bound + prob.objective.constant if math.isfinite(bound) else None
+    else:
+        bound = prob.objective.value() if state == "optimal" else None
+    return loads, bound, state
+
+
+def count_rule_times(problem: GradCodeProblem, loads, scenarios: np.ndarray) -> np.ndarray:
+    """Per scenario, the (n-s)-th reply of workers with ``loads``: the step of the count rule."""
+    T = reply_times(problem, loads, scenarios)
+    return np.partition(T, problem.n - problem.s - 1, axis=1)[:, problem.n - problem.s - 1]
+
+
+def tune_loads(problem: GradCodeProblem, start: np.ndarray, scenarios: np.ndarray, deadline: Deadline) -> np.ndarray:
+    """Local search on the count rule's in-sample mean step: move one partition copy from a
+    worker to another, or drop a surplus copy, while that lowers it (first improvement)."""
+    L = load_limits(problem)
+    need = (problem.s + 1) * problem.k
+    loads = np.minimum(start, L).astype(np.int64)
+    while loads.sum() < need:               # top up the cheapest worker (only for a short start)
+        room = np.flatnonzero(loads < L)
+        loads[room[np.argmin((loads[room] + 1) / np.asarray(problem.speeds)[room])]] += 1
+    best = count_rule_times(problem, loads, scenarios).mean()
+    improved = True
+    while improved and not deadline.expired():
+        improved = False
+        for i in range(problem.n):
+            if loads[i] == 0:
+                continue
+            for j in [-1, *range(problem.n)]:
+                if j == i or (j >= 0 and loads[j] >= L[j]) or (j < 0 and loads.sum() <= need):
+                    continue
+                trial = loads.copy()
+                trial[i] -= 1
+                if j >= 0:
+                    trial[j] += 1
+                value = count_rule_times(problem, trial, scenarios).mean()
+                if value < best - 1e-12:
+                    loads, best, improved = trial, value, True
+                    break
+            if improved:
+                break
+    return loads
+
+
+@register("gradcode", "general", requires=("pulp", "ortools"),
+          description="general codes: coverage lower bound (MILP, every exact code) + best of groups / heterogeneity-aware codes")
+def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int = 64, tries: int = 8):
+    """The time limit covers the bound model, the group search, the load tuning and the
+    re-scoring; the bound model gets ``BOUND_SHARE`` of the search time."""
+    clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
+    data = assignment_data(problem, "expected", scenarios=scenarios, seed=seed)
+    scen = data.scenarios[:, data.order.argsort()]          # worker order
+    notes, why = [], None
+
+    def share(fraction):
+        if search.limit is None:
+            return Deadline(None)
+        return Deadline(max(0.0, search.remaining() * fraction))
+
+    try:
+        bound_loads, bound, bound_state = bound_model(problem, scen, deadline=share(BOUND_SHARE), seed=seed,
+                                                      threads=threads)
+    except OutOfTime:
+        bound_loads, bound, bound_state = None, None, "none"
+    if bound_state == "infeasible":
+        return _infeasible(problem, scenarios, tries)
+    if bound_state != "optimal":
+        why = "time"
+    if bound_loads is not None:
+        check = coverage_step_times(problem, bound_loads, scen).mean()
+        notes.append(f"coverage bound {bound:.4g} s ({bound_state}), its loads {bound_loads.tolist()} "
+                     f"reach {check:.4g} s" if bound is not None else f"coverage bound: none ({bound_state})")
+    candidates = []
+
+    def consider(name, code):
+        candidates.append((scenario_objective(problem, code, scen), name, code))
+
+    try:
+        answer = cpsat.solve_model(data, deadline=share(0.8), seed=seed, threads=threads)
+    except OutOfTime:
+        answer = None
+    if answer is not None and answer.groups is not None:
+        consider("groups", code_from_assignment(data, answer.groups, answer.counts, "general"))
+        if answer.state != "optimal":
+            why = why or "time"
+    speed = speed_loads(problem)
+    consider("hetero-aware", hetero_aware_code(problem, speed, seed=seed, tries=1, scheme="general")[0])
+    starts = [speed] + ([bound_loads] if bound_loads is not None else [])
+    tuned = min((tune_loads(problem, start, scen, search) for start in starts),
+                key=lambda loads: count_rule_times(problem, loads, scen).mean())
+    consider("hetero-tuned", hetero_aware_code(problem, tuned, seed=seed, tries=1, scheme="general")[0])
+    if search.expired():
+        why = why or "time"
+    value, name, code = min(candidates, key=lambda c: c[0])
+    verification = None
+    if name != "groups":           # the chosen random code: its best conditioned seed
+        code, verification = hetero_aware_code(problem, code.meta["loads"], seed=seed, tries=tries,
+                                               scheme="general", deadline=search)
+        value = scenario_objective(problem, code, scen)
+    notes.append("in sample: " + ", ".join(f"{n} {v:.4g} s" for v, n, _ in sorted(candidates, key=lambda c: c[0])))
+    notes.append(f"chosen: {name}")
+    if why:
+        notes.append(stop_note(why))
+    params = {"scenarios": scenarios, "tries": tries}
+    proven = bound is not None and value <= bound * (1 + 1e-7)
+    result = scored_result(problem, "general", code,
+                           termination=Termination.OPTIMAL if proven else (Termination.TIME_LIMIT if why else Termination.COMPLETED),
+                           quality=Quality.PROVEN_OPTIMAL if proven else Quality.FEASIBLE,
+                           objectives={"saa_step_s": value}, bound={"saa_step_s": bound} if bound is not None else {},
+                           params=params, message="; ".join(notes), deadline=clock, verification=verification,
+                           stopped_by=why)
+    if bound is not None:
+        result.bound_source = {"saa_step_s": f"coverage bound (every exact code), HiGHS MILP on {scenarios} scenarios"}
+    return result
+
+
+def _infeasible(problem, scenarios, tries):
+    from pipeplan.core.result import SolveResult
+    return SolveResult("gradcode", problem.name, "general", Termination.INFEASIBLE, Quality.NONE,
+                       params={"scenarios": scenarios, "tries": tries},
+                       message="the capacities hold fewer than (s+1) k partition copies: no exact code exists")

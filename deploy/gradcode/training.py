@@ -4,6 +4,12 @@ Time is virtual: a step lasts until the master can decode (the simulator's rule,
 from the problem's straggler model); the gradients, the stale stores and the updates are real.
 In the first step of a pipelined scheme every worker computes all its partitions (to fill its
 store), and that step is charged that much computation.
+
+The problem's timing options apply as in the simulator (``formulations.gradcode.queueing``):
+with carry-over only the workers that really work on a step compute (and, pipelined, refresh
+their stores); a worker that skips a step leaves its scheduled partition's gradient to age. A
+problem that sets a link but no gradient size is charged the trained model's size, its
+parameter count x 8 bytes (float64).
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from pipeplan.deploy.gradcode.protocol import Master, WorkerState
 from pipeplan.formulations.gradcode.delays import DelaySampler
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
+from pipeplan.formulations.gradcode.queueing import WorkerQueues, step_costs
 from pipeplan.formulations.gradcode.simulator import compute_times
 
 DEFAULT_LR = {"softmax": 2.0, "mlp": 1.0}
@@ -38,11 +45,16 @@ class TrainingRun:
     test_accuracy: float = 0.0
     wall_s: float = 0.0
     dropped_replies: int = 0                               # late replies the master discarded (Ray)
+    skipped_work: int = 0                                  # steps a busy worker skipped (carry-over)
 
-    def record_step(self, survivors: list[int], reply_times: np.ndarray, loss: float) -> None:
-        """One finished step: who was used, when the step ended (its slowest used reply), the loss."""
+    def record_step(self, survivors: list[int], reply_times: np.ndarray, loss: float,
+                    step_s: float | None = None) -> None:
+        """One finished step: who was used, how long it took (``step_s``, else its slowest used
+        reply), the loss."""
         self.survivors.append(survivors)
-        self.time_s.append(self.time_s[-1] + float(reply_times[survivors].max()))
+        if step_s is None:
+            step_s = float(reply_times[survivors].max())
+        self.time_s.append(self.time_s[-1] + step_s)
         self.loss.append(loss)
 
     def time_to_loss(self, target: float) -> float | None:
@@ -70,8 +82,12 @@ class StepClock:
         sampler = DelaySampler(problem.straggler, problem.straggle_prob, np.random.default_rng(seed))
         self.delays = sampler.next(steps)
 
+    def compute(self, t: int) -> np.ndarray:
+        """Seconds of computation of every worker in step t."""
+        return self.first if t == 0 else self.base
+
     def reply_times(self, t: int) -> np.ndarray:
-        return (self.first if t == 0 else self.base) + self.delays[t]
+        return self.compute(t) + self.delays[t]
 
 
 def arrival_order(T: np.ndarray) -> np.ndarray:
@@ -83,9 +99,12 @@ def train_simulated(problem: GradCodeProblem, code: GradientCode, *, model: str 
                     lr: float | None = None, seed: int = 0, replay: list[list[int]] | None = None,
                     progress=None) -> TrainingRun:
     """Train with the code on the digits; ``replay`` forces the survivors of every step (to
-    re-run a Ray run's steps exactly), otherwise they come from the straggler model."""
+    re-run a Ray run's steps exactly, with independent steps and the reply times as time),
+    otherwise they come from the straggler model and the problem's timing."""
     if problem.n != code.n:
         raise ValueError(f"problem has n = {problem.n}, code has n = {code.n}")
+    if replay is not None and problem.timing_dict():
+        raise ValueError("replay re-runs independent steps: the problem must not set timing options")
     data = digits()
     parts = data.partitions(code.k)
     N = len(data.y)
@@ -95,16 +114,17 @@ def train_simulated(problem: GradCodeProblem, code: GradientCode, *, model: str 
     workers = [WorkerState(i, code) for i in range(code.n)]
     master = Master(code, lr)
     clock = StepClock(problem, code, steps, seed)
+    queues = WorkerQueues(problem, code, step_costs(problem, code, problem.gradient_mb or net.size * 8 / 1e6))
     run = TrainingRun(code.scheme, "sim", model, code.n, code.s, lr, seed,
                       loss=[mean_loss(net, w, data.X, data.y)], time_s=[0.0])
     began = time.perf_counter()
     for t in range(steps):
-        T = clock.reply_times(t)
+        timing = queues.step(clock.compute(t), clock.delays[t])
         if replay is not None:
-            survivors = [int(x) for x in replay[t]]
+            survivors, step_s = [int(x) for x in replay[t]], None
         else:
-            order = arrival_order(T)
-            survivors = [int(x) for x in order[:master.needed(order)]]
+            order = arrival_order(timing.arrival)
+            survivors, step_s = [int(x) for x in order[:master.needed(order)]], timing.duration
         cache: dict[int, np.ndarray] = {}
 
         def grad_of(j: int, w=w) -> np.ndarray:
@@ -112,9 +132,11 @@ def train_simulated(problem: GradCodeProblem, code: GradientCode, *, model: str 
                 cache[j] = net.loss_and_grad_sum(w, *parts[j])[1] / N
             return cache[j]
 
-        replies = {i: r for i, wk in enumerate(workers) if (r := wk.reply(t, grad_of)) is not None}
+        replies = {i: r for i, wk in enumerate(workers)
+                   if timing.working[i] and (r := wk.reply(t, grad_of)) is not None}
+        run.skipped_work += int(code.n - timing.working.sum())
         w = master.step(w, survivors, replies)
-        run.record_step(survivors, T, mean_loss(net, w, data.X, data.y))
+        run.record_step(survivors, clock.reply_times(t), mean_loss(net, w, data.X, data.y), step_s)
         if progress:
             progress(t + 1, steps)
     run.wall_s = time.perf_counter() - began

@@ -5,6 +5,12 @@ Plain frozen data, no solver code. Worker i computes the gradient of one partiti
 ``straggle_prob[i]`` (extra delay from the straggler model) and can store at most
 ``capacity[i]`` partitions. ``pipelined`` asks for schemes in which every worker computes one of
 its partitions per step (Su and Li's pipelined gradient coding).
+
+Timing options (all off by default, which is the historical model of independent steps with
+free communication; their semantics are in ``queueing``): ``carry_over`` makes workers queues
+whose straggles delay their next work; ``link_mb_per_s`` and ``gradient_mb`` charge the weight
+broadcast and the replies on the master's link (gradient_mb 0: the trained model's size when
+training); ``decode_s_per_reply`` charges the master's decoding.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ SCHEMA = "pipeplan.gradcode-problem/1"
 # n-vectors; 10,000 is far beyond the clusters the codes target and keeps a typo from
 # allocating terabytes.
 MAX_SIZE = 10_000
+TIMING_FIELDS = ("link_mb_per_s", "gradient_mb", "decode_s_per_reply")
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,10 @@ class GradCodeProblem:
     straggler: StragglerModel = field(default_factory=StragglerModel)
     partition_time_s: float = 0.5
     pipelined: bool = False
+    carry_over: bool = False
+    link_mb_per_s: float = 0.0
+    gradient_mb: float = 0.0
+    decode_s_per_reply: float = 0.0
     source: str = ""
 
     kind = "gradcode"
@@ -71,6 +82,12 @@ class GradCodeProblem:
         if not (isinstance(self.partition_time_s, (int, float)) and math.isfinite(self.partition_time_s)
                 and self.partition_time_s > 0):
             raise InputError(where, "partition_time_s", f"must be positive, got {self.partition_time_s!r}")
+        if not isinstance(self.carry_over, bool):
+            raise InputError(where, "carry_over", f"must be true or false, got {self.carry_over!r}")
+        for name in TIMING_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise InputError(where, name, f"must be a finite number >= 0, got {v!r}")
         if self.straggler.kind == "trace" and len(self.straggler.trace[0]) < self.n:
             raise InputError(self.straggler.trace_file or where, "columns",
                              f"delay trace has {len(self.straggler.trace[0])} columns for n = {self.n} workers")
@@ -83,7 +100,13 @@ class GradCodeProblem:
         return {"schema": SCHEMA, "name": self.name, "n": self.n, "s": self.s, "k": self.k,
                 "partition_time_s": self.partition_time_s, "pipelined": self.pipelined,
                 "speeds": list(self.speeds), "straggle_prob": list(self.straggle_prob),
-                "capacity": list(self.capacity), "straggler": self.straggler.to_dict()}
+                "capacity": list(self.capacity), "straggler": self.straggler.to_dict(), **self.timing_dict()}
+
+    def timing_dict(self) -> dict:
+        """The timing options that differ from their defaults (none: the historical model)."""
+        out = {"carry_over": True} if self.carry_over else {}
+        out.update({name: getattr(self, name) for name in TIMING_FIELDS if getattr(self, name) != 0})
+        return out
 
 
 def homogeneous_problem(n: int, s: int, *, k: int | None = None, name: str | None = None, speed: float = 1.0,
@@ -126,4 +149,5 @@ def problem_from_dict(d: dict, source: str = "problem") -> GradCodeProblem:
         capacity=seq("capacity", [s + 1 if isinstance(s, int) else 1] * n_ok),
         straggler=model_from_dict(d.get("straggler", {"kind": "exponential"}), source),
         partition_time_s=d.get("partition_time_s", 0.5), pipelined=bool(d.get("pipelined", False)),
+        carry_over=d.get("carry_over", False), **{name: d.get(name, 0.0) for name in TIMING_FIELDS},
         source=source)

@@ -5,6 +5,11 @@ partitions it computes per step; delay from the straggler model). The step ends 
 can decode (``decoders.needed_replies``): at the first reply of every group (groups decoder) or
 at the ``wait``-th reply (count rule). Every step starts when the previous one ends; late replies
 are dropped.
+
+The problem's timing options (``queueing``) add the weight broadcast, the replies' FIFO link and
+the decoding time; without carry-over the steps stay independent and are simulated vectorised
+over steps and workers. With carry-over (workers as queues) a step depends on the ones before:
+one step at a time, vectorised over workers.
 """
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import numpy as np
 from pipeplan.formulations.gradcode.delays import DelaySampler
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
+from pipeplan.formulations.gradcode.queueing import WorkerQueues, fifo_arrivals, step_costs
+from pipeplan.formulations.gradcode.stopping import StepRule
 
 
 def compute_times(problem: GradCodeProblem, code: GradientCode) -> np.ndarray:
@@ -22,39 +29,25 @@ def compute_times(problem: GradCodeProblem, code: GradientCode) -> np.ndarray:
     return np.where(loads > 0, loads * c, np.inf)
 
 
-class StepRule:
-    """The master's stopping rule, vectorised: step times from reply times T (steps, n)."""
-
-    def __init__(self, code: GradientCode):
-        self.decoder = code.decoder
-        self.wait = code.wait
-        if code.decoder == "groups":
-            # (groups, largest group) members, a shorter group padded with its first member
-            # (which leaves its first reply unchanged)
-            width = max(len(g) for g in code.groups)
-            self.members = np.array([list(g) + [g[0]] * (width - len(g)) for g in code.groups], dtype=np.int64)
-
-    def __call__(self, T: np.ndarray) -> np.ndarray:
-        if self.decoder == "groups":
-            first = T[:, self.members[:, 0]]
-            for col in self.members.T[1:]:
-                np.minimum(first, T[:, col], out=first)
-            return first.max(axis=1)
-        return np.partition(T, self.wait - 1, axis=1)[:, self.wait - 1]
-
-
 def simulate_step_times(problem: GradCodeProblem, code: GradientCode, steps: int, *, seed: int = 0,
                         chunk: int = 16_384) -> np.ndarray:
     """Duration of each of ``steps`` steps (seconds)."""
     rule = StepRule(code)
     base = compute_times(problem, code)
+    costs = step_costs(problem, code)
+    queues = WorkerQueues(problem, code, costs) if problem.carry_over else None
     sampler = DelaySampler(problem.straggler, problem.straggle_prob, np.random.default_rng(seed))
     out = np.empty(steps)
     for lo in range(0, steps, chunk):
         m = min(chunk, steps - lo)
         reply = sampler.next(m)
+        if queues is not None:
+            for t in range(m):
+                out[lo + t] = queues.step(base, reply[t]).duration
+            continue
         reply += base
-        out[lo:lo + m] = rule(reply)
+        reply += costs.broadcast_s
+        out[lo:lo + m] = rule(fifo_arrivals(reply, costs.reply_s, 0.0)) + costs.decode_s
     return out
 
 

@@ -52,6 +52,13 @@ _stay = typer.Option(None, "--stay", help="markov: probability a straggler stays
 _trace = typer.Option(None, "--trace", help="CSV of delays (one row per step, one column per worker)")
 _prob = typer.Option(None, "--prob", help="probability a worker straggles in a step (homogeneous; default 0.2)")
 _ptime = typer.Option(None, "--partition-time", help="seconds per partition on a speed-1 worker (default 0.5)")
+_carry = typer.Option(False, "--carry-over", help="workers as queues: a straggle delays the worker's next steps "
+                                                  "(a worker free only after a step was decoded skips it)")
+_link = typer.Option(None, "--link-mb-per-s", help="link bandwidth (MB/s) for the weight broadcast and the replies "
+                                                   "on the master's shared link (default: communication free)")
+_gradient = typer.Option(None, "--gradient-mb", help="size of a gradient (and of the weights), MB (train default: "
+                                                     "the model's parameters x 8 bytes)")
+_decode = typer.Option(None, "--decode-s-per-reply", help="master's decoding time per reply it combines (s; default 0)")
 
 
 OPTION_OF = {"kind": "--delay", "mean_s": "--mean", "shift_s": "--shift", "scale_s": "--scale",
@@ -70,9 +77,9 @@ def _straggler_changes(delay, mean, shift, scale, alpha, stay, trace) -> dict:
     return changes
 
 
-def _problem(instance, n, s, *, straggler=None, prob=None, partition_time=None, pipelined=False):
-    """The instance (or n homogeneous workers) with the options' overrides; ``straggler`` is a
-    dict of straggler-model fields to change."""
+def _problem(instance, n, s, *, straggler=None, prob=None, partition_time=None, pipelined=False, timing=None):
+    """The instance (or n homogeneous workers) with the options' overrides; ``straggler`` and
+    ``timing`` are dicts of straggler-model and timing fields to change."""
     from pipeplan.formulations.gradcode.problem import homogeneous_problem
     from pipeplan.instances.gradcode import load_instance
     if instance:
@@ -94,7 +101,22 @@ def _problem(instance, n, s, *, straggler=None, prob=None, partition_time=None, 
         changes["partition_time_s"] = partition_time
     if prob is not None:
         changes["straggle_prob"] = (prob,) * p.n
-    return replace(p, **changes) if changes else p
+    changes.update(timing or {})
+    try:
+        return replace(p, **changes) if changes else p
+    except InputError as exc:    # name the option that set a timing field
+        option = {"link_mb_per_s": "--link-mb-per-s", "gradient_mb": "--gradient-mb",
+                  "decode_s_per_reply": "--decode-s-per-reply"}.get(exc.field)
+        if option is None:
+            raise
+        raise InputError(option, "", exc.message) from None
+
+
+def _timing_changes(carry_over, link, gradient, decode) -> dict:
+    """The problem's timing fields the options set."""
+    changes = {k: v for k, v in (("link_mb_per_s", link), ("gradient_mb", gradient),
+                                 ("decode_s_per_reply", decode)) if v is not None}
+    return {"carry_over": True, **changes} if carry_over else changes
 
 
 def _check_options(prob, partition_time):
@@ -207,7 +229,7 @@ def verify_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEM
 
 
 def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler, prob, partition_time, *,
-                      seed: int, tries: int, decoder):
+                      seed: int, tries: int, decoder, timing=None):
     """The problem and the code of simulate/train: exactly one of --scheme and --code; a code
     file fixes n and s unless an instance or --n/--s say otherwise (then they must agree)."""
     if (scheme is None) == (code_file is None):
@@ -217,7 +239,7 @@ def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler
         code = _load_code(code_file)
         n = code.n if n is None and instance is None else n
         s = code.s if s is None and instance is None else s
-    problem = _problem(instance, n, s, straggler=straggler, prob=prob, partition_time=partition_time)
+    problem = _problem(instance, n, s, straggler=straggler, prob=prob, partition_time=partition_time, timing=timing)
     if code_file is None:
         code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
                              objective="expected", time_limit=30.0)
@@ -236,7 +258,9 @@ def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCH
                  shift: Optional[float] = _shift, scale: Optional[float] = _scale, alpha: Optional[float] = _alpha,
                  stay: Optional[float] = _stay,
                  trace: Optional[Path] = _trace, prob: Optional[float] = _prob,
-                 partition_time: Optional[float] = _ptime,
+                 partition_time: Optional[float] = _ptime, carry_over: bool = _carry,
+                 link: Optional[float] = _link, gradient: Optional[float] = _gradient,
+                 decode_s: Optional[float] = _decode,
                  as_json: bool = typer.Option(False, "--json", help="print the statistics as one JSON line"),
                  out: Optional[Path] = typer.Option(None, "--out", help="write the step-time histogram (CSV) here")):
     """Virtual-time step times (no training) under a straggler model: mean, tail, histogram."""
@@ -248,13 +272,17 @@ def simulate_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCH
     check_memory("--steps", steps, SIMULATE_BYTES_PER_STEP)
     straggler = _straggler_changes(delay, mean, shift, scale, alpha, stay, trace)
     problem, code = _problem_and_code("simulate", scheme, code_file, instance, n, s, straggler, prob,
-                                      partition_time, seed=seed, tries=tries, decoder=decoder)
+                                      partition_time, seed=seed, tries=tries, decoder=decoder,
+                                      timing=_timing_changes(carry_over, link, gradient, decode_s))
+    if problem.link_mb_per_s > 0 and problem.gradient_mb <= 0:
+        raise InputError("--gradient-mb", "", "simulate needs the gradient size to charge the link (--link-mb-per-s)")
     began = time.perf_counter()
     times = simulate_step_times(problem, code, steps, seed=seed)
     elapsed = time.perf_counter() - began
     p50, p95, p99 = np.percentile(times, [50, 95, 99])
     doc = {"scheme": code.scheme, "instance": problem.name, "n": problem.n, "s": code.s, "steps": steps,
-           "straggler": problem.straggler.to_dict(), "mean_step_s": float(times.mean()), "p50_step_s": float(p50),
+           "straggler": problem.straggler.to_dict(), **problem.timing_dict(), "mean_step_s": float(times.mean()),
+           "p50_step_s": float(p50),
            "p95_step_s": float(p95), "p99_step_s": float(p99), "max_step_s": float(times.max()),
            "total_s": float(times.sum()), "simulate_s": round(elapsed, 4)}
     if out:
@@ -283,6 +311,8 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
               delay: Optional[str] = _delay, mean: Optional[float] = _mean, shift: Optional[float] = _shift,
               scale: Optional[float] = _scale, alpha: Optional[float] = _alpha, stay: Optional[float] = _stay, trace: Optional[Path] = _trace,
               prob: Optional[float] = _prob, partition_time: Optional[float] = _ptime,
+              carry_over: bool = _carry, link: Optional[float] = _link, gradient: Optional[float] = _gradient,
+              decode_s: Optional[float] = _decode,
               time_scale: float = typer.Option(0.02, "--time-scale", help="ray: real seconds per virtual second"),
               target_loss: Optional[float] = typer.Option(None, "--target-loss",
                                                           help="training loss to reach: also report the virtual "
@@ -301,7 +331,10 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
     straggler = _straggler_changes(delay, mean, shift, scale, alpha, stay, trace)
     problem, code = _problem_and_code("train", scheme, code_file, instance, n, s, straggler, prob, partition_time,
                                       seed=seed, tries=tries,
-                                      decoder=decoder or ("linear" if scheme == "pgc-cr" else None))
+                                      decoder=decoder or ("linear" if scheme == "pgc-cr" else None),
+                                      timing=_timing_changes(carry_over, link, gradient, decode_s))
+    if backend == "ray" and problem.timing_dict():
+        raise InputError("--backend", "", "the timing options (--carry-over, --link-mb-per-s, ...) are for --backend sim")
     check_memory("--steps", steps, TRAIN_BYTES_PER_STEP + 8 * problem.n)
     if backend == "ray":
         try:
@@ -318,7 +351,9 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
             run = train_simulated(problem, code, model=model, steps=steps, lr=lr, seed=seed, progress=progress)
     summary = {"scheme": run.scheme, "backend": run.backend, "model": model, "n": run.n, "s": problem.s,
                "steps": steps, "final_loss": run.loss[-1], "virtual_time_s": run.time_s[-1],
-               "test_accuracy": run.test_accuracy, "wall_s": round(run.wall_s, 3)}
+               "test_accuracy": run.test_accuracy, "wall_s": round(run.wall_s, 3), **problem.timing_dict()}
+    if problem.carry_over:
+        summary["skipped_work"] = run.skipped_work
     if backend == "ray":
         summary["dropped_replies"] = run.dropped_replies
     if target_loss is not None:

@@ -1,0 +1,27 @@
+"""The master's stopping rule, vectorised over steps (the simulator's and the queue model's)."""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeplan.formulations.gradcode.gradient_code import GradientCode
+
+
+class StepRule:
+    """The master's stopping rule, vectorised: step times from reply times T (steps, n)."""
+
+    def __init__(self, code: GradientCode):
+        self.decoder = code.decoder
+        self.wait = code.wait
+        if code.decoder == "groups":
+            # (groups, largest group) members, a shorter group padded with its first member
+            # (which leaves its first reply unchanged)
+            width = max(len(g) for g in code.groups)
+            self.members = np.array([list(g) + [g[0]] * (width - len(g)) for g in code.groups], dtype=np.int64)
+
+    def __call__(self, T: np.ndarray) -> np.ndarray:
+        if self.decoder == "groups":
+            first = T[:, self.members[:, 0]]
+            for col in self.members.T[1:]:
+                np.minimum(first, T[:, col], out=first)
+            return first.max(axis=1)
+        return np.partition(T, self.wait - 1, axis=1)[:, self.wait - 1]

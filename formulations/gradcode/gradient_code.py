@@ -11,7 +11,12 @@ the survivors F with a vector a, a^T B_F = 1^T:
   PGC-CR as published with an all-ones B, and the ignore-stragglers baselines).
 
 With the count rule (``lstsq``, ``linear``) the master waits for the first ``wait`` replies;
-with ``groups`` for the first reply of every group.
+with ``groups`` for the first reply of every group. ``stop = "decodable"`` (least squares only)
+is the online rule: the master stops as soon as the replies that arrived decode (1 lies in the
+row space of their rows of B), which for a code that decodes from any n-s replies is never
+later than the count rule's (n-s)-th reply, and can be much earlier for codes whose early
+replies already decode (0/1 rows over disjoint supports, e.g. ``general_assignment``'s team
+codes).
 
 ``schedule[t % period][i]`` is the partition worker i computes in step t (pipelined schemes; -1
 for a worker with no partition). Without a schedule every worker computes all its partitions
@@ -29,6 +34,7 @@ from pipeplan.core.errors import InputError
 
 SCHEMA = "pipeplan.gradcode-code/1"
 DECODERS = ("groups", "lstsq", "linear")
+STOPS = ("count", "decodable")          # the stopping rule of the lstsq decoder
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,11 +49,14 @@ class GradientCode:
     linear_weight: float = 0.0
     schedule: np.ndarray | None = None   # (period, n) int
     meta: dict[str, Any] = field(default_factory=dict)
+    stop: str = "count"            # "decodable": stop once the arrived replies decode (lstsq only)
 
     def __post_init__(self):
         for arr in (self.support, self.B, self.schedule):
             if arr is not None:
                 arr.flags.writeable = False
+        if self.stop not in STOPS or (self.stop != "count" and self.decoder != "lstsq"):
+            raise ValueError(f"stop {self.stop!r}: the lstsq decoder stops by {' or '.join(STOPS)}, the others by count")
 
     @property
     def n(self) -> int:
@@ -68,7 +77,7 @@ class GradientCode:
 
     def same_as(self, other: "GradientCode") -> bool:
         return (self.scheme == other.scheme and self.s == other.s and self.decoder == other.decoder
-                and self.wait == other.wait and self.groups == other.groups
+                and self.wait == other.wait and self.groups == other.groups and self.stop == other.stop
                 and self.linear_weight == other.linear_weight
                 and np.array_equal(self.support, other.support) and np.array_equal(self.B, other.B)
                 and ((self.schedule is None and other.schedule is None)
@@ -83,6 +92,8 @@ class GradientCode:
             d["groups"] = [list(g) for g in self.groups]
         else:
             d["wait"] = self.wait
+        if self.stop != "count":
+            d["stop"] = self.stop
         if self.decoder == "linear":
             d["linear_weight"] = self.linear_weight
         if self.schedule is not None:
@@ -156,6 +167,10 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
     weight = d.get("linear_weight", n / ((n - s) * max(1, int(support.sum(axis=1).max()))))
     if decoder == "linear" and (not isinstance(weight, (int, float)) or not weight > 0):
         raise InputError(source, "linear_weight", f"must be positive, got {weight!r}")
+    stop = d.get("stop", "count")
+    if stop not in STOPS or (stop != "count" and decoder != "lstsq"):
+        raise InputError(source, "stop", f"expected {' or '.join(STOPS)} ('decodable' only with the lstsq decoder), "
+                                         f"got {stop!r}")
     schedule = None
     if d.get("schedule") is not None:
         schedule = _matrix(d, "schedule", source, float)
@@ -166,4 +181,4 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
             raise InputError(source, "schedule", f"partition indices must be in -1..{k - 1}")
     return GradientCode(scheme=str(d.get("scheme", "custom")), s=s, support=support, B=B, decoder=decoder,
                         wait=wait, groups=groups, linear_weight=float(weight) if decoder == "linear" else 0.0,
-                        schedule=schedule, meta=dict(d.get("meta", {})))
+                        schedule=schedule, meta=dict(d.get("meta", {})), stop=stop)

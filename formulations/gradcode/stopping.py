@@ -12,6 +12,10 @@ class StepRule:
     def __init__(self, code: GradientCode):
         self.decoder = code.decoder
         self.wait = code.wait
+        self.online = None     # the online rule (stop = "decodable"): stop once the arrived replies decode
+        if code.stop == "decodable":
+            from pipeplan.formulations.gradcode.decoders import decodable_stop_times
+            self.online = lambda T: decodable_stop_times(code, T)
         if code.decoder == "groups":
             # (groups, largest group) members, a shorter group padded with its first member
             # (which leaves its first reply unchanged)
@@ -19,6 +23,8 @@ class StepRule:
             self.members = np.array([list(g) + [g[0]] * (width - len(g)) for g in code.groups], dtype=np.int64)
 
     def __call__(self, T: np.ndarray) -> np.ndarray:
+        if self.online is not None:
+            return self.online(T)
         if self.decoder == "groups":
             first = T[:, self.members[:, 0]]
             for col in self.members.T[1:]:

@@ -270,20 +270,38 @@ def _ray():
     return ray
 
 
+def _execute_on_ray(run: Run) -> dict:
+    """:func:`execute` in a Ray task; the record also names the Ray node that ran it (``ray_node``)."""
+    import ray
+    return {**execute(run), "ray_node": ray.get_runtime_context().get_node_id()}
+
+
+def _lost(run: Run, exc: Exception, elapsed: float) -> dict:
+    """The record of a run whose Ray task failed (its worker or node died): an error naming the
+    failure (the first line of Ray's message)."""
+    record = _stopped(run, "error", elapsed)
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    record.update(message=f"ray task failed: {type(exc).__name__}: {first}", ray_node=None)
+    return record
+
+
 def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace_s: float = GRACE_S) -> None:
-    """The same runs as Ray tasks (local Ray, or the cluster at RAY_ADDRESS); records stream back
-    as tasks finish; a task past its limit + grace (+ Ray's worker start-up allowance, since the
-    clock runs from submission) is cancelled and recorded as time_limit."""
+    """The same runs as Ray tasks (local Ray, or the cluster at RAY_ADDRESS, or the Ray this
+    process is already connected to); records stream back as tasks finish, each once: a task
+    whose worker or node dies is recorded as an error naming the failure (no retry: a run is
+    never executed twice); a task past its limit + grace (+ Ray's worker start-up allowance,
+    since the clock runs from submission) is cancelled and recorded as time_limit. Tasks still
+    in flight when this returns by an exception (Ctrl-C, a failed write) are cancelled."""
     ray = _ray()
     started_here = not ray.is_initialized()
     if started_here:
         address = os.environ.get("RAY_ADDRESS")
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
                  **({} if address else {"num_cpus": jobs, "include_dashboard": False}))
-    remote = ray.remote(num_cpus=1, max_retries=0)(execute)
+    remote = ray.remote(num_cpus=1, max_retries=0)(_execute_on_ray)
+    pending = list(runs)
+    inflight: dict = {}
     try:
-        pending = list(runs)
-        inflight: dict = {}
         while pending or inflight:
             while pending and len(inflight) < jobs:
                 run = pending.pop(0)
@@ -292,17 +310,19 @@ def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace
             for ref in done:
                 run, started = inflight.pop(ref)
                 try:
-                    on_record(ray.get(ref))
-                except Exception as exc:  # the task itself died
-                    rec = _stopped(run, "error", time.perf_counter() - started)
-                    rec["message"] = f"ray task failed: {type(exc).__name__}: {exc}"
-                    on_record(rec)
+                    record = ray.get(ref)
+                except Exception as exc:  # the task itself died (its worker, its node)
+                    record = _lost(run, exc, time.perf_counter() - started)
+                on_record(record)
             for ref, (run, started) in list(inflight.items()):
                 if time.perf_counter() - started > run.time_limit * 1.1 + grace_s + RAY_START_S:
                     ray.cancel(ref, force=True)
                     inflight.pop(ref)
-                    on_record(_stopped(run, "time_limit", time.perf_counter() - started))
+                    on_record({**_stopped(run, "time_limit", time.perf_counter() - started), "ray_node": None})
     finally:
+        for ref in inflight:
+            with suppress(Exception):
+                ray.cancel(ref, force=True)
         if started_here:
             ray.shutdown()
 

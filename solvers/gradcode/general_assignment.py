@@ -21,6 +21,9 @@ evaluator and the verifier):
 
 * ``groups``: the optimal FR-like group placement (the CP-SAT model of ``cpsat``, unequal
   groups and counts), on part of the time;
+* ``teams``: a team code (``team_codes``: blocks of partitions, each with s+1 or more disjoint
+  teams of workers that split the block in chunks of any sizes; 0/1 B and the online stopping
+  rule), CP-SAT started from the group placement, on the rest of the time;
 * ``hetero-aware``: Wang-Liu-Shroff's code (``heterogeneous``) on speed-proportional loads;
 * ``hetero-tuned``: the same construction (cyclic filling, any n-s decode) on loads tuned by a
   local search on the in-sample step time of the count rule (the (n-s)-th reply), started from
@@ -45,8 +48,11 @@ from pipeplan.solvers.gradcode import cpsat
 from pipeplan.solvers.gradcode.assignment import assignment_data, code_from_assignment
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
 from pipeplan.solvers.gradcode.heterogeneous import hetero_aware_code, speed_loads
+from pipeplan.solvers.gradcode.team_codes import groups_as_teams, solve_teams, team_code
 
-BOUND_SHARE = 0.5     # of the search time, for the bound model; the group search gets the rest
+# shares of the search time left when each phase starts: the bound model, then the group
+# placement, then the team code (what is left, less a reserve for the load tuning)
+BOUND_SHARE, GROUPS_SHARE, TEAMS_SHARE = 0.3, 0.35, 0.9
 
 
 def bound_model(problem: GradCodeProblem, scenarios: np.ndarray, *, deadline: Deadline, seed: int = 0,
@@ -190,13 +196,22 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
         candidates.append((scenario_objective(problem, code, scen), name, code))
 
     try:
-        answer = cpsat.solve_model(data, deadline=share(0.8), seed=seed, threads=threads)
+        answer = cpsat.solve_model(data, deadline=share(GROUPS_SHARE), seed=seed, threads=threads)
     except OutOfTime:
         answer = None
+    hint = None
     if answer is not None and answer.groups is not None:
         consider("groups", code_from_assignment(data, answer.groups, answer.counts, "general"))
-        if answer.state != "optimal":
-            why = why or "time"
+        hint = groups_as_teams([[int(data.order[i]) for i in g] for g in answer.groups], answer.counts, problem.s)
+    if answer is None or answer.state != "optimal":
+        why = why or "time"
+    try:
+        blocks, team_state = solve_teams(problem, scen, deadline=share(TEAMS_SHARE), seed=seed, threads=threads,
+                                         hint=hint)
+    except OutOfTime:
+        blocks, team_state = None, "none"
+    if blocks is not None:
+        consider("teams", team_code(problem, blocks, "general"))
     speed = speed_loads(problem)
     consider("hetero-aware", hetero_aware_code(problem, speed, seed=seed, tries=1, scheme="general")[0])
     starts = [speed] + ([bound_loads] if bound_loads is not None else [])
@@ -207,12 +222,12 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
         why = why or "time"
     value, name, code = min(candidates, key=lambda c: c[0])
     verification = None
-    if name != "groups":           # the chosen random code: its best conditioned seed
+    if name.startswith("hetero"):      # the chosen random code: its best conditioned seed
         code, verification = hetero_aware_code(problem, code.meta["loads"], seed=seed, tries=tries,
                                                scheme="general", deadline=search)
         value = scenario_objective(problem, code, scen)
     notes.append("in sample: " + ", ".join(f"{n} {v:.4g} s" for v, n, _ in sorted(candidates, key=lambda c: c[0])))
-    notes.append(f"chosen: {name}")
+    notes.append(f"chosen: {name}" + (f" (team search {team_state})" if name == "teams" else ""))
     if why:
         notes.append(stop_note(why))
     params = {"scenarios": scenarios, "tries": tries}

@@ -1,0 +1,159 @@
+"""The coverage bound (every exact code), the heterogeneity-aware code, team codes, the online
+stopping rule and the ``general`` solver."""
+import itertools
+
+import numpy as np
+import pytest
+
+import pipeplan
+from pipeplan.core.deadline import Deadline
+from pipeplan.core.errors import InputError
+from pipeplan.formulations.gradcode import brute_force
+from pipeplan.formulations.gradcode.checker import violations
+from pipeplan.formulations.gradcode.coverage_bound import admissible_loads, coverage_step_times, load_limits
+from pipeplan.formulations.gradcode.decoders import decodable_stop_times, needed_replies
+from pipeplan.formulations.gradcode.evaluator import evaluate, scenario_objective
+from pipeplan.formulations.gradcode.gradient_code import GradientCode, code_from_dict
+from pipeplan.formulations.gradcode.problem import GradCodeProblem
+from pipeplan.formulations.gradcode.simulator import compute_times
+from pipeplan.formulations.gradcode.verifier import verify
+from pipeplan.solvers.gradcode.assignment import draw_scenarios
+from pipeplan.solvers.gradcode.general_assignment import bound_model
+from pipeplan.solvers.gradcode.heterogeneous import cyclic_fill, hetero_aware_code, mds_matrix, speed_loads
+from pipeplan.solvers.gradcode.team_codes import team_code, team_step_times
+
+TINY = GradCodeProblem("tiny-n4", 4, 1, 3, (2.0, 1.0, 1.0, 0.5), (0.1, 0.3, 0.2, 0.4), (3, 2, 2, 1))
+
+
+def _online(support, B, s):
+    return GradientCode(scheme="brute", s=s, support=support, B=B, decoder="lstsq", wait=support.shape[0] - s,
+                        stop="decodable")
+
+
+def _supports(problem):
+    """Every support within the capacities with each partition on at least s+1 workers."""
+    n, k, s = problem.n, problem.k, problem.s
+    rows = [[np.isin(np.arange(k), sub) for size in range(min(problem.capacity[i], k) + 1)
+             for sub in itertools.combinations(range(k), size)] for i in range(n)]
+    for choice in itertools.product(*rows):
+        support = np.array(choice)
+        if (support.sum(axis=0) >= s + 1).all():
+            yield support
+
+
+def _bound(problem, scenarios):
+    loads, bound, state = bound_model(problem, scenarios, deadline=Deadline(30))
+    assert state == "optimal"
+    return loads, bound
+
+
+def test_bound_is_the_exact_minimum_over_loads_and_below_every_code_by_brute_force():
+    scenarios = draw_scenarios(TINY, 8, 3)
+    loads, bound = _bound(TINY, scenarios)
+    # the MILP is exact: its value is the minimum of the coverage objective over all loads
+    every = [np.array(l) for l in itertools.product(*(range(c + 1) for c in load_limits(TINY)))
+             if admissible_loads(TINY, l)]
+    assert bound == pytest.approx(min(coverage_step_times(TINY, l, scenarios).mean() for l in every), abs=1e-9)
+    assert coverage_step_times(TINY, loads, scenarios).mean() == pytest.approx(bound, abs=1e-9)
+    # no exact code beats it: every support, with a 0/1 B and a generic B, online stopping rule
+    rng = np.random.default_rng(0)
+    best, checked = np.inf, 0
+    for support in _supports(TINY):
+        for B in (support.astype(float), mds_matrix(support, TINY.s, rng)):
+            code = _online(support, B, TINY.s)
+            if not verify(code).decodable:
+                continue
+            value = scenario_objective(TINY, code, scenarios)
+            assert value >= bound - 1e-9, (support.astype(int).tolist(), value, bound)
+            best, checked = min(best, value), checked + 1
+    assert checked > 100 and best < np.inf
+
+
+def test_bound_hand_computed_and_attained():
+    """n = 3, s = 1, k = 2, 1 s per partition, delays (0, 0.5, 3): loads (1, 1, 2) let workers
+    0 and 1 cover both partitions at 1.5 s, and no load vector does better (checked by hand:
+    (2, 2, 0) 2.0, (2, 1, 1) 2.0, (1, 2, 1) 2.5, (2, 2, 2) 2.0); the code {0}, {1}, {0, 1} with
+    0/1 rows attains it and tolerates any one straggler."""
+    p = GradCodeProblem("hand", 3, 1, 2, (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (2, 2, 2), partition_time_s=1.0)
+    scenarios = np.array([[0.0, 0.5, 3.0]])
+    loads, bound = _bound(p, scenarios)
+    assert bound == pytest.approx(1.5) and loads.tolist() == [1, 1, 2]
+    support = np.array([[1, 0], [0, 1], [1, 1]], dtype=bool)
+    code = _online(support, support.astype(float), 1)
+    assert verify(code).decodable and violations(code, p) == []
+    assert scenario_objective(p, code, scenarios) == pytest.approx(1.5)
+
+
+def test_pipelined_bound_counts_stored_partitions_at_one_partition_of_work():
+    p = GradCodeProblem("pipe", 4, 1, 4, (2.0, 1.0, 1.0, 0.5), (0.1, 0.2, 0.2, 0.4), (4, 4, 4, 4), pipelined=True)
+    scenarios = draw_scenarios(p, 6, 1)
+    loads, bound = _bound(p, scenarios)
+    assert (loads <= p.s + 1).all()
+    every = [l for l in itertools.product(*(range(c + 1) for c in load_limits(p))) if admissible_loads(p, l)]
+    assert bound == pytest.approx(min(coverage_step_times(p, l, scenarios).mean() for l in every), abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_hetero_aware_code_decodes_from_every_n_minus_s_set_for_random_loads(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 10))
+    s = int(rng.integers(1, 4))
+    k = int(rng.integers(n - 1, n + 3))
+    caps = rng.integers(s + 1, k + 1, size=n)
+    loads = np.ones(n, dtype=np.int64)
+    while loads.sum() < (s + 1) * k:           # random loads within the capacities
+        room = np.flatnonzero(loads < caps)
+        loads[rng.choice(room)] += 1
+    p = GradCodeProblem("rand", n, s, k, tuple(rng.uniform(0.5, 2, n)), (0.2,) * n, tuple(int(c) for c in caps))
+    code, v = hetero_aware_code(p, loads, seed=seed, tries=2)
+    assert (code.support.sum(axis=1) == loads).all() and (code.support.sum(axis=0) == s + 1).all()
+    assert v.exhaustive and v.decodable and violations(code, p) == []
+    assert verify(code).decodable
+
+
+def test_speed_loads_follow_speed_within_capacities():
+    p = GradCodeProblem("tiers", 6, 1, 6, (2.0, 2.0, 1.0, 1.0, 0.5, 0.5), (0.1,) * 6, (3, 4, 2, 2, 2, 2))
+    loads = speed_loads(p)
+    assert loads.sum() == 12 and (loads <= load_limits(p)).all() and (loads >= 1).all()
+    assert loads[0] >= loads[2] >= loads[4] and loads[1] >= loads[3] >= loads[5]
+    with pytest.raises(ValueError):
+        speed_loads(GradCodeProblem("short", 3, 1, 3, (1.0,) * 3, (0.1,) * 3, (1, 1, 2)))
+    assert cyclic_fill([2, 2, 2], 3).sum(axis=0).tolist() == [2, 2, 2]
+
+
+def test_online_rule_stops_at_the_first_decoding_prefix_and_never_after_the_team_rule():
+    p = GradCodeProblem("teams", 5, 1, 4, (2.0, 1.0, 1.0, 0.5, 0.5), (0.1, 0.2, 0.2, 0.4, 0.4), (4, 2, 2, 2, 2))
+    blocks = [[[(0, 4)], [(1, 2), (2, 2)]]]
+    code = team_code(p, blocks)
+    assert verify(code).decodable and violations(code, p) == []
+    rng = np.random.default_rng(1)
+    D = rng.exponential(1.0, size=(200, 5)) * (rng.random((200, 5)) < 0.5)
+    T = compute_times(p, code) + D          # workers 3 and 4 hold nothing: they never reply
+    online = decodable_stop_times(code, T)
+    for row, t in zip(T, online):
+        order = np.argsort(row, kind="stable")
+        assert t == row[order[needed_replies(code, order) - 1]]
+    assert (online <= team_step_times(p, blocks, D) + 1e-12).all()
+    assert (online <= np.sort(T, axis=1)[:, p.n - p.s - 1] + 1e-12).all()    # the count rule's step
+    again = code_from_dict(code.to_dict())
+    assert again.same_as(code) and again.stop == "decodable"
+    with pytest.raises(InputError):
+        code_from_dict({**code.to_dict(), "stop": "soon"})
+
+
+def test_general_solver_is_rescored_by_the_evaluator_and_its_gap_matches_its_bound():
+    p = GradCodeProblem("hetero-n6", 6, 1, 6, (2.0, 1.0, 0.5, 1.0, 2.0, 0.5), (0.05, 0.15, 0.4, 0.15, 0.05, 0.4),
+                        (4, 2, 2, 2, 4, 2))
+    r = pipeplan.solve(p, "general", time_limit=5, scenarios=16, seed=0)
+    assert r.quality.value != "none", r.message
+    code = code_from_dict(r.plan)
+    scenarios = draw_scenarios(p, 16, 0)
+    assert r.objectives["expected_step_s"] == pytest.approx(evaluate(p, code).expected_step_s, rel=1e-12)
+    assert r.objectives["saa_step_s"] == pytest.approx(scenario_objective(p, code, scenarios), rel=1e-12)
+    assert r.plan["verification"]["decodable"]
+    bound = r.bound["saa_step_s"]
+    assert bound == pytest.approx(_bound(p, scenarios)[1], rel=1e-6)
+    assert r.gap == pytest.approx((r.objectives["saa_step_s"] - bound) / r.objectives["saa_step_s"], abs=1e-9)
+    # the bound holds for every code: the best group placement (brute force) too
+    assert bound <= brute_force.optimum(p, scenarios) + 1e-9
+    assert r.objectives["saa_step_s"] <= brute_force.optimum(p, scenarios) + 1e-9

@@ -14,7 +14,10 @@ One step t, times measured from its start (the end of step t-1):
 3. Replies (incast): the master's ingress link is one shared FIFO link; a reply occupies it for
    ``reply_s = gradient_mb / link_mb_per_s``, in the order the replies are ready:
    ``arrival = max(ready, link free) + reply_s``. FIFO order is readiness order, so a reply the
-   master will not use never delays one it uses within a step.
+   master will not use never delays one it uses within a step. Replies ready at the same instant
+   (common: the workers that do not straggle) go in worker-index order; for FR, whose groups are
+   consecutive workers, that is the worst order (the master waits for about n - s transfers, as
+   the count rule does, rather than one per group).
 4. Decode: the master stops by the decoder's rule (``simulator.StepRule``) on the arrival times
    and then decodes for ``decode_s = decode_s_per_reply x replies combined`` (one per group, or
    ``wait``); the step ends then. The least-squares solve is not charged: the master caches a

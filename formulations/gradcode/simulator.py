@@ -53,7 +53,8 @@ def simulate_step_times(problem: GradCodeProblem, code: GradientCode, steps: int
 
 def worst_case_step_time(problem: GradCodeProblem, code: GradientCode) -> float:
     """Step time when an adversary picks s workers that never reply (no random delays): the
-    (s+1)-th fastest member of the slowest group, or the (s + wait)-th fastest worker."""
+    (s+1)-th fastest member of the slowest group, or the (s + wait)-th fastest worker. Computation
+    only: the problem's communication and decoding times are not charged here."""
     c = compute_times(problem, code)
     s = code.s
     if code.decoder == "groups":

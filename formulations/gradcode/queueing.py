@@ -81,12 +81,11 @@ def fifo_arrivals(ready: np.ndarray, reply_s: float, link_free) -> np.ndarray:
     if reply_s == 0:
         return ready
     order = np.argsort(ready, axis=1, kind="stable")
-    r = np.take_along_axis(ready, order, axis=1)
+    rows = np.arange(ready.shape[0])[:, None]
     k = np.arange(ready.shape[1]) * reply_s
-    start = np.maximum(r - k, np.reshape(np.asarray(link_free, dtype=np.float64), (-1, 1)))
-    arrived = np.maximum.accumulate(start, axis=1) + (k + reply_s)
-    out = np.empty_like(arrived)
-    np.put_along_axis(out, order, arrived, axis=1)
+    start = np.maximum(ready[rows, order] - k, np.reshape(np.asarray(link_free, dtype=np.float64), (-1, 1)))
+    out = np.empty_like(ready)
+    out[rows, order] = np.maximum.accumulate(start, axis=1) + (k + reply_s)
     return out
 
 

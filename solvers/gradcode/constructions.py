@@ -1,5 +1,5 @@
-"""The published constructions as registered solvers: FR, CR, PGC-FR, PGC-CR (n and s from the
-problem; k must equal n). Heterogeneous worker data is ignored by construction; the evaluator
+"""The published constructions as registered solvers: FR, CR, PGC-FR, PGC-CR, cyclic-MDS and the
+sparse-graph approximate code (n and s from the problem; k must equal n). Heterogeneous worker data is ignored by construction; the evaluator
 still scores the code on the problem's workers. CR's seed search stops at the time limit (less
 the re-scoring's share); past the limit the verifier checks fewer straggler sets."""
 from __future__ import annotations
@@ -10,8 +10,10 @@ from pipeplan.core.deadline import Deadline
 from pipeplan.core.registry import register
 from pipeplan.core.result import Termination
 from pipeplan.formulations.gradcode.placement import pipelined
+from pipeplan.solvers.gradcode.approximate import sparse_graph_code
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
 from pipeplan.solvers.gradcode.cyclic import best_cyclic
+from pipeplan.solvers.gradcode.cyclic_mds import cyclic_mds
 from pipeplan.solvers.gradcode.fractional import fractional_repetition
 from pipeplan.solvers.gradcode.pipelining import pgc_cr, pgc_fr
 
@@ -57,6 +59,25 @@ def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: Literal["ls
     # the schedule leaves B and the decoder as they are, so CR's verification holds
     return scored_result(problem, "pgc-cr", pipelined(code, "pgc-cr"), termination=_tries_termination(code),
                          params=params, verification=v, stopped_by=_stopped_by(code))
+
+
+@register("gradcode", "cyclic-mds", description="cyclic-MDS (Raviv et al. 2018): CR's support, deterministic "
+                                                   "well-conditioned B, least squares")
+def solve_cyclic_mds(problem, *, time_limit=None):
+    clock = Deadline(time_limit)
+    _square(problem, "cyclic-MDS")
+    return scored_result(problem, "cyclic-mds", cyclic_mds(problem.n, problem.s), deadline=clock)
+
+
+@register("gradcode", "approx", description="approximate code on a random d-regular graph (Charles et al. 2017, "
+                                             "Raviv et al. 2018): error reported, not exact")
+def solve_approx(problem, *, degree: int | None = None, seed: int = 0,
+                 decoder: Literal["lstsq", "linear"] = "lstsq", time_limit=None):
+    clock = Deadline(time_limit)
+    _square(problem, "approx")
+    code = sparse_graph_code(problem.n, problem.s, degree=degree, seed=seed, decoder=decoder)
+    return scored_result(problem, "approx", code, params={"degree": code.meta["degree"], "decoder": decoder},
+                         deadline=clock)
 
 
 def _stopped_by(code) -> str | None:

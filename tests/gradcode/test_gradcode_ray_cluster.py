@@ -1,7 +1,7 @@
 """The Ray backend on a local multi-node cluster (``ray.cluster_utils.Cluster``: a head and two
 worker raylets on this machine), 16 worker actors spread over the nodes, blocking stragglers.
 
-Delays come from a trace, far apart (0.3 s or more between any two events whose order matters,
+Delays come from a trace, far apart (1.7 s or more between any two events whose order matters,
 at ``time_scale`` 1), so that which replies the master uses, which come late and which are still
 out at the end follow exactly from the queue model worked out by hand below."""
 import os
@@ -49,33 +49,36 @@ def trace(events: dict[tuple[int, int], float], steps: int) -> StragglerModel:
 def test_blocking_stragglers_on_a_multi_node_cluster(cluster):
     # PGC-CR, n = 16, s = 2: the master waits for the first 14 replies (count rule). A worker
     # computes one partition per step (0.3 s) after the first step (all 3 of its partitions, 0.9 s).
-    # Delays: step 0 worker 3 +3.5 s and worker 7 +1.5 s, step 2 worker 12 +3.0 s. A blocking
+    # Delays: step 0 worker 3 +5 s and worker 7 +2 s, step 2 worker 12 +4.5 s. A blocking
     # worker's reply of step t comes at max(step start, its previous reply) + its reply time:
-    #   step 0 [0, 0.9]:   14 at 0.9; 7 at 2.4, 3 at 4.4            -> without 3, 7; ends 0.9
-    #   step 1 [0.9, 1.2]: 14 at 1.2; 7 busy to 2.4 -> 2.7, 3 -> 4.7 -> without 3, 7 (no delay of
+    #   step 0 [0, 0.9]:   14 at 0.9; 7 at 2.9, 3 at 5.9            -> without 3, 7; ends 0.9
+    #   step 1 [0.9, 1.2]: 14 at 1.2; 7 busy to 2.9 -> 3.2, 3 -> 6.2 -> without 3, 7 (no delay of
     #                      their own this step: the blocking carry-over); ends 1.2
-    #   step 2 [1.2, 3.0]: 13 at 1.5; 12 at 4.5, 3 at 5.0, 7 at 3.0 (after its replies of steps
-    #                      0 and 1 at 2.4 and 2.7, which the master drops now) -> 3 busy ones for
-    #                      s = 2: the master waits for the first of them, 7; ends 3.0
-    #   step 3 [3.0, 3.3]: 14 at 3.3 (7 too); 12 at 4.8, 3 at 5.3      -> without 3, 12; ends 3.3
-    # Still out at the end: 3's replies of every step, 12's of steps 2 and 3.
+    #   step 2 [1.2, 3.5]: 13 at 1.5; 12 at 6.0, 3 at 6.5, 7 at 3.5 (after its replies of steps
+    #                      0 and 1 at 2.9 and 3.2, which the master drops now) -> 3 busy ones for
+    #                      s = 2: the master waits for the first of them, 7; ends 3.5
+    #   step 3 [3.5, 3.8]: 14 at 3.8 (7 too); 12 at 6.3, 3 at 6.8      -> without 3, 12; ends 3.8
+    # Still out at the end (the next reply is due at 5.9): 3's replies of every step, 12's of
+    # steps 2 and 3. Every order that matters is 1.7 s or more apart (a worker's own replies come
+    # in order anyway).
     steps = 4
     problem = homogeneous_problem(N, 2, partition_time_s=0.3,
-                                  straggler=trace({(0, 3): 3.5, (0, 7): 1.5, (2, 12): 3.0}, steps))
+                                  straggler=trace({(0, 3): 5.0, (0, 7): 2.0, (2, 12): 4.5}, steps))
     code = build("pgc-cr", N, 2)
     run = train_ray(problem, code, steps=steps, time_scale=1.0)
 
     alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
-    assert len(alive) == NODES and set(run.nodes) == alive      # actors on every node
+    assert len(alive) == NODES and set(run.nodes) == alive, run.nodes   # actors on every node
 
+    seen = f"survivors {run.survivors}, late {run.late}, still out {run.still_out}, arrivals {run.arrivals}"
     everyone = set(range(N))
     assert [set(x) for x in run.survivors] == [everyone - {3, 7}, everyone - {3, 7},
-                                              everyone - {3, 12}, everyone - {3, 12}]
+                                              everyone - {3, 12}, everyone - {3, 12}], seen
     assert run.survivors[2][-1] == 7                               # the master waited for 7
-    assert run.late == [[7], [7], [], []]
+    assert run.late == [[7], [7], [], []], seen
     assert [sorted(x) for x in run.still_out] == [[3], [3], [3, 12], [3, 12]]
     assert run.dropped_replies == 2 + 6
-    assert np.allclose(run.time_s, [0.0, 0.9, 1.2, 3.0, 3.3])
+    assert np.allclose(run.time_s, [0.0, 0.9, 1.2, 3.5, 3.8])
     for t in range(steps):
         # the used replies are the first the master took, up to what it needs; used + late +
         # still out = every reply sent, each once

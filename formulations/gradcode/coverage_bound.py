@@ -20,6 +20,10 @@ objective for given loads (the check of its answer and of the tests).
 
 The bound ignores that the replies must also *decode*, not just cover: it is attained only by
 codes whose first covering replies always decode (disjoint supports among the early replies).
+
+``relaxed_bound`` lets the loads differ per scenario and drops sum l_i >= (s+1) k: a
+relaxation of the MILP, so weaker, but closed-form: the fallback when the MILP finds no bound
+in time.
 """
 from __future__ import annotations
 
@@ -60,3 +64,20 @@ def admissible_loads(problem: GradCodeProblem, loads) -> bool:
     loads = np.asarray(loads, dtype=np.int64)
     return bool((loads >= 0).all() and (loads <= load_limits(problem)).all()
                 and loads.sum() >= (problem.s + 1) * problem.k)
+
+
+def relaxed_bound(problem: GradCodeProblem, scenarios: np.ndarray) -> float:
+    """Mean over scenarios of the best coverage time with loads chosen for that scenario alone:
+    a bound below the MILP's. Without pipelining a worker can hold v partitions by time
+    v c_i + D_i, so the earliest time k partitions can be held is the k-th smallest of all
+    those times (v = 1..l_max); pipelined, workers bring their l_max partitions at c_i + D_i."""
+    L = load_limits(problem)
+    c = problem.partition_time_s / np.asarray(problem.speeds, dtype=np.float64)
+    if problem.pipelined:
+        T = c + scenarios
+        order = np.argsort(T, axis=1, kind="stable")
+        first = np.argmax(np.cumsum(L[order], axis=1) >= problem.k, axis=1)
+        return float(np.take_along_axis(T, order, axis=1)[np.arange(T.shape[0]), first].mean())
+    times = np.concatenate([v * c[i] + scenarios[:, [i]] for i in range(problem.n) for v in range(1, int(L[i]) + 1)],
+                           axis=1)
+    return float(np.partition(times, problem.k - 1, axis=1)[:, problem.k - 1].mean())

@@ -32,7 +32,7 @@ from pipeplan.formulations.gradcode.coverage_bound import load_limits
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import pipelined
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
-from pipeplan.solvers.cpsat_backend import set_limits
+from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, work_done
 
 US = 1_000_000
 
@@ -77,10 +77,13 @@ def team_step_times(problem: GradCodeProblem, blocks: list[list[Team]], scenario
 
 
 def solve_teams(problem: GradCodeProblem, scenarios: np.ndarray, *, deadline: Deadline, seed: int = 0,
-                threads: int = 1, extra: int = 2, hint: list[list[Team]] | None = None
-                ) -> tuple[list[list[Team]] | None, str]:
-    """CP-SAT on the team model over ``scenarios`` (R, n), worker order: (blocks of the best
-    solution found or None, state). Raises OutOfTime when the model cannot be built in time."""
+                threads: int = 1, extra: int = 2, hint: list[list[Team]] | None = None,
+                work_limit: float | None = None) -> tuple[list[list[list[Team]]], str, str | None]:
+    """CP-SAT on the team model over ``scenarios`` (R, n), worker order: (the blocks of every
+    improving solution it found, the best last, so that a caller can pick among them on other
+    scenarios; state; what stopped the search short of a proof: "work" for ``work_limit``,
+    CP-SAT deterministic seconds, or "time"). Raises OutOfTime when the model cannot be built
+    in time."""
     from ortools.sat.python import cp_model
 
     n, k, s = problem.n, problem.k, problem.s
@@ -88,7 +91,7 @@ def solve_teams(problem: GradCodeProblem, scenarios: np.ndarray, *, deadline: De
     teams = s + 1 + extra
     G = min(k, n // (s + 1))
     if G == 0 or L.sum() < (s + 1) * k:
-        return None, "infeasible"
+        return [], "infeasible", None
     m = cp_model.CpModel()
     total = cp_model.LinearExpr.sum
     c = np.round(problem.partition_time_s / np.asarray(problem.speeds, dtype=np.float64) * US).astype(np.int64)
@@ -155,25 +158,28 @@ def solve_teams(problem: GradCodeProblem, scenarios: np.ndarray, *, deadline: De
                     m.add_hint(load[i], l)
     deadline.check()
     solver = cp_model.CpSolver()
-    set_limits(solver, time_limit=deadline.remaining(floor=0.05) if deadline.limit is not None else 60.0,
-               work_limit=None)
+    set_limits(solver, time_limit=deadline.remaining(floor=0.05) if deadline.limit is not None else None,
+               work_limit=work_limit)
     solver.parameters.num_workers = max(1, int(threads))
     solver.parameters.random_seed = int(seed)
-    status = solver.solve(m)
+
+    def read(value) -> list[list[Team]]:
+        return [[[(i, int(value(load[i]))) for i in range(n) if value(x[i, b, t])]
+                 for t in range(teams) if value(active[b, t])] for b in range(G) if value(used[b])]
+
+    class Collect(cp_model.CpSolverSolutionCallback):
+        def __init__(self):
+            super().__init__()
+            self.found = []
+
+        def on_solution_callback(self):
+            self.found.append(read(self.value))
+
+    collect = Collect()
+    status = solver.solve(m, collect)
     state = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
              cp_model.INFEASIBLE: "infeasible"}.get(status, "none")
-    if state not in ("optimal", "feasible"):
-        return None, state
-    blocks = []
-    for b in range(G):
-        if not solver.value(used[b]):
-            continue
-        teams_b = []
-        for t in range(teams):
-            if solver.value(active[b, t]):
-                teams_b.append([(i, int(solver.value(load[i]))) for i in range(n) if solver.value(x[i, b, t])])
-        blocks.append(teams_b)
-    return blocks, state
+    return collect.found, state, stopped_by(state, work_done(solver), work_limit)
 
 
 def groups_as_teams(groups: list[list[int]], counts: list[int], s: int, extra: int = 2) -> list[list[Team]]:

@@ -10,7 +10,12 @@ from pipeplan.core.deadline import Deadline
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.gradcode import brute_force
 from pipeplan.formulations.gradcode.checker import violations
-from pipeplan.formulations.gradcode.coverage_bound import admissible_loads, coverage_step_times, load_limits
+from pipeplan.formulations.gradcode.coverage_bound import (
+    admissible_loads,
+    coverage_step_times,
+    load_limits,
+    relaxed_bound,
+)
 from pipeplan.formulations.gradcode.decoders import decodable_stop_times, needed_replies
 from pipeplan.formulations.gradcode.evaluator import evaluate, scenario_objective
 from pipeplan.formulations.gradcode.gradient_code import GradientCode, code_from_dict
@@ -55,6 +60,11 @@ def test_bound_is_the_exact_minimum_over_loads_and_below_every_code_by_brute_for
              if admissible_loads(TINY, l)]
     assert bound == pytest.approx(min(coverage_step_times(TINY, l, scenarios).mean() for l in every), abs=1e-9)
     assert coverage_step_times(TINY, loads, scenarios).mean() == pytest.approx(bound, abs=1e-9)
+    # per-scenario loads without the storage rule: below each scenario's best admissible loads
+    per_scenario = np.array([[coverage_step_times(TINY, l, scenarios[[r]])[0] for l in every]
+                             for r in range(scenarios.shape[0])])
+    assert 0 < relaxed_bound(TINY, scenarios) <= per_scenario.min(axis=1).mean() + 1e-12
+    assert relaxed_bound(TINY, scenarios) <= bound + 1e-12
     # no exact code beats it: every support, with a 0/1 B and a generic B, online stopping rule
     rng = np.random.default_rng(0)
     best, checked = np.inf, 0
@@ -91,6 +101,7 @@ def test_pipelined_bound_counts_stored_partitions_at_one_partition_of_work():
     assert (loads <= p.s + 1).all()
     every = [l for l in itertools.product(*(range(c + 1) for c in load_limits(p))) if admissible_loads(p, l)]
     assert bound == pytest.approx(min(coverage_step_times(p, l, scenarios).mean() for l in every), abs=1e-9)
+    assert relaxed_bound(p, scenarios) <= bound + 1e-12
 
 
 @pytest.mark.parametrize("seed", range(6))

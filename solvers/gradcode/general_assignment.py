@@ -42,12 +42,12 @@ import math
 import numpy as np
 
 from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.errors import InputError
 from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, Termination, stop_note
 from pipeplan.formulations.gradcode.coverage_bound import coverage_step_times, load_limits, relaxed_bound, reply_times
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
-from pipeplan.solvers.cpsat_backend import check_work_limit
 from pipeplan.solvers.gradcode import cpsat
 from pipeplan.solvers.gradcode.assignment import assignment_data, code_from_assignment, draw_scenarios
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
@@ -57,9 +57,10 @@ from pipeplan.solvers.gradcode.team_codes import groups_as_teams, solve_teams, t
 # shares of the search time left when each phase starts: the bound model, then the group
 # placement, then the team code (what is left, less a reserve for the load tuning)
 BOUND_SHARE, GROUPS_SHARE, TEAMS_SHARE = 0.3, 0.35, 0.9
-# CP-SAT deterministic seconds for each of the group and team searches: the team search seldom
-# proves optimality, so by default a work limit, not the machine's speed, ends it
-WORK_LIMIT = 2.0
+# The team search's budget in CP-SAT deterministic seconds: it seldom proves optimality, so it is
+# run as a heuristic with a fixed amount of work (the same result on any machine load with one
+# thread); reaching it ends the search normally, while the wall clock stays the safety net
+TEAM_WORK = 2.0
 # Above LARGE_N workers the team model takes the first LARGE_SCENARIOS scenarios and one extra
 # team per block (the choice is still scored on all of them): measured on hetero-n24-s2, 40 s of
 # search found 1.518 s (out of sample) that way, 1.724 s with 32 scenarios and two extra teams.
@@ -177,12 +178,13 @@ def tune_loads(problem: GradCodeProblem, start: np.ndarray, scenarios: np.ndarra
 @register("gradcode", "general", requires=("pulp", "ortools"),
           description="general codes: coverage lower bound (MILP, every exact code) + best of groups / heterogeneity-aware codes")
 def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int = 64, tries: int = 8,
-                  work_limit: float | None = WORK_LIMIT):
+                  team_work: float = TEAM_WORK):
     """The time limit covers the bound model, the group and team searches, the load tuning and
-    the re-scoring (shares: ``BOUND_SHARE``...). ``work_limit``: CP-SAT deterministic seconds
-    for each of the group and team searches (None: the wall clock only); with one thread a run
-    that its work limits stop is the same on any machine load."""
-    check_work_limit(work_limit)
+    the re-scoring (shares: ``BOUND_SHARE``...); ``team_work``: the team search's budget in
+    CP-SAT deterministic seconds. A run ends ``time_limit`` (stopped by the wall clock) when the
+    clock cut the bound, the exact group search or the team search short."""
+    if isinstance(team_work, bool) or not isinstance(team_work, (int, float)) or not team_work > 0:
+        raise InputError("solver general", "team_work", f"must be a positive number of deterministic seconds, got {team_work!r}")
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     data = assignment_data(problem, "expected", scenarios=scenarios, seed=seed)
     scen = data.scenarios[:, data.order.argsort()]          # worker order
@@ -219,8 +221,7 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
         candidates.append((scenario_objective(problem, code, check), name, code))
 
     try:
-        answer = cpsat.solve_model(data, deadline=share(GROUPS_SHARE), seed=seed, threads=threads,
-                                   work_limit=work_limit)
+        answer = cpsat.solve_model(data, deadline=share(GROUPS_SHARE), seed=seed, threads=threads)
     except OutOfTime:
         answer = None
     hint = None
@@ -228,7 +229,7 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
         consider("groups", code_from_assignment(data, answer.groups, answer.counts, "general"))
         hint = ([[int(data.order[i]) for i in g] for g in answer.groups], answer.counts)
     if answer is None or answer.state != "optimal":
-        why = why or (answer.stopped_by if answer is not None and answer.stopped_by else "time")
+        why = "time"
     try:
         large = problem.n > LARGE_N
         blocks, team_state, team_why = solve_teams(problem, scen[:LARGE_SCENARIOS] if large else scen,
@@ -236,13 +237,13 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
                                                    extra=1 if large else 2,
                                                    hint=None if hint is None else groups_as_teams(
                                                        *hint, problem.s, extra=1 if large else 2),
-                                                   work_limit=work_limit)
+                                                   work_limit=team_work)
     except OutOfTime:
         blocks, team_state, team_why = [], "none", "time"
     for found in blocks:
         consider("teams", team_code(problem, found, "general"))
-    if team_state != "optimal":
-        why = why or team_why or "time"
+    if team_why == "time":
+        why = "time"
     speed = speed_loads(problem)
     consider("hetero-aware", hetero_aware_code(problem, speed, seed=seed, tries=1, scheme="general")[0])
     starts = [speed] + ([bound_loads] if bound_loads is not None else [])
@@ -266,7 +267,7 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
     notes.append(f"chosen: {name}" + (f" (team search {team_state})" if name == "teams" else ""))
     if why:
         notes.append(stop_note(why))
-    params = {"scenarios": scenarios, "tries": tries, "work_limit": work_limit}
+    params = {"scenarios": scenarios, "tries": tries, "team_work": team_work}
     proven = value <= bound * (1 + 1e-7)
     result = scored_result(problem, "general", code,
                            termination=Termination.OPTIMAL if proven else (Termination.TIME_LIMIT if why else Termination.COMPLETED),

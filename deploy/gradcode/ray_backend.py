@@ -23,12 +23,17 @@ the others came late and were dropped (``late``, taken during a later step) or w
 when the run ended (``still_out``, not waited for); ``dropped_replies`` counts both. Every reply
 sent is in exactly one of survivors, late and still_out.
 
-What the tests show: on a local multi-node cluster (``ray.cluster_utils.Cluster``, a head and
-worker raylets, 16 actors spread over them) with trace delays far apart, the master uses exactly
-the replies the queue model predicts (a busy straggler stays late in the next steps and the
-master waits for the first of the busy ones when it must), the late replies of a step arrive and
-are dropped during later steps, and the updates equal the simulated backend replaying the same
-survivors, bit for bit, stale pipelined stores included (tests/gradcode/test_gradcode_ray_cluster.py).
+What the tests show (trace delays 1 s or more apart, ``time_scale`` 1, so every outcome is
+exact): on a local cluster of three raylets (``ray.cluster_utils.Cluster``: a head and two
+worker nodes on one machine) the 16 actors of PGC-CR (s = 2) land on all three nodes; the master
+uses exactly the first 14 replies the queue model predicts, a straggler with no delay of its own
+stays late while it works off its backlog, and when more than s workers are busy the master
+waits for the first of them; the late replies of a step arrive, and are dropped, during a later
+step; and the updates equal the simulated backend's replay of the same survivors bit for bit,
+the late workers' stale pipelined stores included, because each call carries its step's weights
+and a blocking actor runs its calls in order (tests/gradcode/test_gradcode_ray_cluster.py). The
+same holds under the groups rule (PGC-FR on one node), and with sleeping stragglers a worker
+late in one step replies on time in the next (tests/gradcode/test_gradcode_ray.py).
 
 A local Ray started here runs without its dashboard (``include_dashboard=False``): nothing
 listens on a port beyond what Ray needs between its own processes. Start Ray yourself

@@ -6,9 +6,11 @@ decodes).
   of the first survivor of each group. When the groups are disjoint and the workers of a group
   have identical rows of B, a group of >= s+1 workers always keeps a survivor, so with every
   group that encodes anything that large the decoded vector is always sum_g R_g (R_g the
-  group's row): decodable iff that sum is the all-ones vector. Otherwise a failing set is
-  built: all of a group of <= s workers straggling (the rest from workers of no such group),
-  or, when the sum itself is off, a set that leaves every group a survivor.
+  group's row): decodable iff that sum is the all-ones vector. Groups of <= s workers can be
+  wiped out: every set W of them that s stragglers can wipe out (and nothing else) is tried,
+  the decode then being the sum over the other groups; one that is off gives a failing set,
+  built explicitly (W's workers, the rest one short of any other group). More than
+  ``MAX_WIPEOUTS`` such sets: no verdict.
 * Cyclic-MDS (Raviv et al., ICML 2018; ``mds``): least squares, k = n, and B equal to the
   construction's matrix for (n, s): decodable by the MDS theorem.
 
@@ -16,6 +18,7 @@ Anything else has no structural verdict (None): the verifier enumerates or sampl
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +27,7 @@ from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.mds import cyclic_mds_matrix
 
 TOL = 1e-9          # entries of B compared to a construction's / sums compared to 1
+MAX_WIPEOUTS = 4096  # sets of small groups tried before giving up (no verdict)
 
 
 @dataclass(frozen=True)
@@ -41,13 +45,6 @@ def certificate(code: GradientCode) -> Certificate | None:
     return None
 
 
-def _fill(n: int, s: int, chosen: list[int], avoid: set[int]) -> tuple[int, ...] | None:
-    """``chosen`` plus the lowest-numbered workers outside ``avoid`` up to s in all (None if
-    there are not enough)."""
-    rest = [w for w in range(n) if w not in avoid and w not in chosen][:s - len(chosen)]
-    return tuple(sorted(chosen + rest)) if len(chosen) + len(rest) == s else None
-
-
 def _groups(code: GradientCode) -> Certificate | None:
     n, s = code.n, code.s
     members = [sorted(g) for g in code.groups]
@@ -61,21 +58,38 @@ def _groups(code: GradientCode) -> Certificate | None:
             return None                          # which member decodes would matter
         rows.append(block[0])
     R = np.array(rows)
-    total = R.sum(axis=0)
-    exact_sum = bool(np.abs(total - 1.0).max() <= TOL)
-    small = [g for g, m in enumerate(members) if len(m) <= s and np.abs(R[g]).max() > TOL]
-    if exact_sum and not small:
-        sizes = [len(m) for g, m in enumerate(members) if np.abs(R[g]).max() > TOL]
-        return Certificate(True, f"groups: the {len(sizes)} encoding groups are disjoint, each has >= s+1 = {s + 1} "
-                                 f"workers (smallest {min(sizes)}) with identical rows, and their rows sum to 1")
-    in_small = {w for g in small for w in members[g]}
-    candidates = [_fill(n, s, list(members[g]), in_small) for g in small]
-    candidates.append(_fill(n, s, [], in_small))          # every group keeps a survivor
-    reasons = [f"group {g} has {len(members[g])} <= s worker(s), all straggling" for g in small]
-    if not exact_sum:
-        j = int(np.argmax(np.abs(total - 1.0)))
-        reasons.append(f"the groups' rows sum to {total[j]:.6g} for partition {j}, not 1")
-    return Certificate(False, "; ".join(reasons), tuple(c for c in candidates if c is not None))
+    live = [g for g in range(len(members)) if np.abs(R[g]).max() > TOL]    # groups that encode something
+    small = [g for g in live if len(members[g]) <= s]
+    in_live = {w for g in live for w in members[g]}
+    free = [w for w in range(n) if w not in in_live]
+    # a straggler set wipes out some groups W (all of them small) and leaves a survivor in the
+    # others; the decode is then the sum of R_g over g not in W. Every W that s stragglers can
+    # make is tried: its groups' workers plus s - |W| more that wipe out nothing else.
+    tried = 0
+    for size in range(len(small) + 1):
+        if size and size * min(len(members[g]) for g in small) > s:
+            break                                # no s stragglers wipe out this many groups
+        for W in itertools.combinations(small, size):
+            tried += 1
+            if tried > MAX_WIPEOUTS:
+                return None
+            chosen = [w for g in W for w in members[g]]
+            spare = free + [w for g in live if g not in W for w in members[g][1:]]   # one member survives
+            if len(chosen) > s or len(chosen) + len(spare) < s:
+                continue
+            decoded = R[[g for g in live if g not in W]].sum(axis=0)
+            off = np.abs(decoded - 1.0)
+            if off.max() > TOL:
+                j = int(np.argmax(off))
+                lost = f"groups {list(W)} (<= s workers each) all straggling: " if W else ""
+                return Certificate(False, f"{lost}the surviving groups' rows sum to {decoded[j]:.6g} for "
+                                          f"partition {j}, not 1",
+                                   (tuple(sorted(chosen + spare[:s - len(chosen)])),))
+    sizes = sorted(len(members[g]) for g in live)
+    told = (f"each has >= s+1 = {s + 1} workers (smallest {sizes[0] if sizes else 0})" if not small else
+            f"each wipe-out of its {len(small)} groups of <= s workers that s stragglers can make")
+    return Certificate(True, f"groups: {len(live)} disjoint encoding groups with identical rows; "
+                             f"{told} leaves rows summing to 1")
 
 
 def _cyclic_mds(code: GradientCode) -> Certificate | None:

@@ -16,7 +16,7 @@ from pipeplan.formulations.gradcode.coverage_bound import (
     load_limits,
     relaxed_bound,
 )
-from pipeplan.formulations.gradcode.decoders import decodable_stop_times, needed_replies
+from pipeplan.formulations.gradcode.decoders import decodable_stop_times, decoding_vector, needed_replies
 from pipeplan.formulations.gradcode.evaluator import evaluate, scenario_objective
 from pipeplan.formulations.gradcode.gradient_code import GradientCode, code_from_dict
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
@@ -143,7 +143,9 @@ def test_online_rule_stops_at_the_first_decoding_prefix_and_never_after_the_team
     online = decodable_stop_times(code, T)
     for row, t in zip(T, online):
         order = np.argsort(row, kind="stable")
-        assert t == row[order[needed_replies(code, order) - 1]]
+        kept = order[:needed_replies(code, order)]
+        assert t == row[kept[-1]]
+        assert np.allclose(decoding_vector(code, kept) @ code.B, 1.0)     # the kept replies decode exactly
     assert (online <= team_step_times(p, blocks, D) + 1e-12).all()
     assert (online <= np.sort(T, axis=1)[:, p.n - p.s - 1] + 1e-12).all()    # the count rule's step
     again = code_from_dict(code.to_dict())

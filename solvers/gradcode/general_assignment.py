@@ -49,7 +49,7 @@ import numpy as np
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.errors import InputError
 from pipeplan.core.registry import register
-from pipeplan.core.result import Quality, Termination, stop_note
+from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.formulations.gradcode.coverage_bound import coverage_step_times, load_limits, relaxed_bound, reply_times
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
@@ -181,7 +181,7 @@ def tune_loads(problem: GradCodeProblem, start: np.ndarray, scenarios: np.ndarra
 
 
 @register("gradcode", "general", requires=("pulp", "ortools"),
-          description="general codes: coverage lower bound (MILP, every exact code) + best of groups / heterogeneity-aware codes")
+          description="general codes: coverage lower bound (MILP, every exact code) + best of group, team and heterogeneity-aware codes")
 def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int = 64, tries: int = 8,
                   team_work: float = TEAM_WORK):
     """The time limit covers the bound model, the group and team searches, the load tuning and
@@ -285,7 +285,6 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
 
 
 def _infeasible(problem, scenarios, tries):
-    from pipeplan.core.result import SolveResult
     return SolveResult("gradcode", problem.name, "general", Termination.INFEASIBLE, Quality.NONE,
                        params={"scenarios": scenarios, "tries": tries},
                        message="the capacities hold fewer than (s+1) k partition copies: no exact code exists")

@@ -170,3 +170,9 @@ def test_general_solver_is_rescored_by_the_evaluator_and_its_gap_matches_its_bou
     # the bound holds for every code: the best group placement (brute force) too
     assert bound <= brute_force.optimum(p, scenarios) + 1e-9
     assert r.objectives["saa_step_s"] <= brute_force.optimum(p, scenarios) + 1e-9
+
+
+def test_general_solver_reports_infeasible_capacities():
+    p = GradCodeProblem("short", 3, 1, 3, (1.0,) * 3, (0.1,) * 3, (1, 1, 2))      # 4 copies < (s+1) k = 6
+    r = pipeplan.solve(p, "general", time_limit=5)
+    assert r.termination.value == "infeasible" and r.quality.value == "none"

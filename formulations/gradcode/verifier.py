@@ -277,7 +277,7 @@ def verify(code: GradientCode, *, max_sets: int = 250_000, samples: int = 20_000
             enumerate_all = method == "exhaustive" or (method == "auto" and small)
             sets, _ = straggler_sets(n, s, samples=samples, seed=seed, enumerate_all=enumerate_all)
         figures, sets = _run(decode, sets, deadline)
-        exhaustive = cert is None and sets.shape[0] == total and (method == "exhaustive" or (method == "auto" and small))
+        exhaustive = cert is None and sets.shape[0] == total    # a sample without repeats can hold them all
         used = "structure" if cert is not None else "exhaustive" if exhaustive else "sampled"
     residual, error, condition = figures
     worst = int(np.argmax(residual))

@@ -19,9 +19,10 @@ when n-s is odd, negacyclic when n-s is even. Since 1 is never a root, the cycli
 all-ones vector as it is (1 is orthogonal to B's null space, spanned by the roots' Fourier
 vectors): this is the paper's real construction.
 
-For n-s even no real cyclic code fits (a conjugate-closed set of s consecutive roots of x^n - 1
-then has to contain 1, or for s = 2 and n even no such code is MDS), so we take the negacyclic
-code and rescale the partitions (our extension, not the paper's): with v the projection of the
+For n-s even this real cyclic code does not exist (a conjugate-closed run of s consecutive
+roots of x^n - 1 is then centred at 1 and contains it, or there is none; for s = 2 and n even no
+real cyclic [n, n-2] code is MDS at all), so we take the negacyclic code and rescale the
+partitions (our extension, not the paper's): with v the projection of the
 all-ones vector onto B's row space (1 minus its components on the roots' vectors (z_u^j)_j,
 which span B's null space), column j is divided by v_j; then a^T C_F = v^T gives
 a^T B_F = 1^T. v stays within s/n-ish of 1 for s well below n; the construction refuses a v

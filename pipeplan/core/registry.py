@@ -34,7 +34,8 @@ SOLVER_MODULES: dict[str, tuple[str, ...]] = {
         "pipeplan.solvers.mapping.cpsat",
     ),
     "gradcode": ("pipeplan.solvers.gradcode.constructions", "pipeplan.solvers.gradcode.cpsat",
-                 "pipeplan.solvers.gradcode.milp"),
+                 "pipeplan.solvers.gradcode.milp", "pipeplan.solvers.gradcode.heterogeneous",
+                 "pipeplan.solvers.gradcode.general_assignment"),
     "rollout": ("pipeplan.solvers.rollout.online", "pipeplan.solvers.rollout.cpsat"),
 }
 

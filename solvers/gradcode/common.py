@@ -43,8 +43,9 @@ def scored_result(problem: GradCodeProblem, solver: str, code: GradientCode, *,
         quality = Quality.NONE
         notes.append("violates: " + "; ".join(ev.violations[:3]))
     elif not v.decodable:
-        if code.decoder == "linear":
-            notes.append(f"approximate decoder: worst residual {v.worst_residual:.3g}")
+        if code.decoder == "linear" or v.approximate:
+            notes.append(f"approximate decoder: worst error {v.worst_error:.3g}, mean {v.mean_error:.3g} "
+                         f"(||a^T B_F - 1||^2 / k)")
         else:
             quality = Quality.NONE
             notes.append(f"not decodable: straggler set {list(v.worst_set)} leaves residual {v.worst_residual:.3g}")

@@ -72,9 +72,9 @@ def solve_cyclic_mds(problem, *, time_limit=None):
 @register("gradcode", "approx", description="approximate code on a random d-regular graph (Charles et al. 2017, "
                                              "Raviv et al. 2018): error reported, not exact")
 def solve_approx(problem, *, degree: int | None = None, seed: int = 0,
-                 decoder: Literal["lstsq", "linear"] = "linear", time_limit=None):
-    """``decoder`` defaults to the fixed one: ``scored_result`` grades a least-squares code that
-    does not decode exactly as infeasible (quality none), whatever its error."""
+                 decoder: Literal["lstsq", "linear"] = "lstsq", time_limit=None):
+    """``decoder``: least squares (the optimal decoder, the default) or the fixed weights; either
+    way the result is feasible with its decoding error in the message, never called exact."""
     clock = Deadline(time_limit)
     _square(problem, "approx")
     code = sparse_graph_code(problem.n, problem.s, degree=degree, seed=seed, decoder=decoder)

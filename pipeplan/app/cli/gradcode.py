@@ -35,7 +35,7 @@ _n = typer.Option(None, "--n", help="workers (default: the instance's)")
 _s = typer.Option(None, "--s", help="stragglers to tolerate (default: the instance's)")
 _instance = typer.Option(None, "--instance", help="gradcode instance name or problem JSON file")
 _seed = typer.Option(0, "--seed", help="seed of the random choices (CR's matrices, delays, weights)")
-_decoder = typer.Option(None, "--decoder", help="pgc-cr only: lstsq (exact) or linear (as published)")
+_decoder = typer.Option(None, "--decoder", help="pgc-cr and approx only: lstsq (least squares) or linear (fixed weights; pgc-cr as published)")
 _tries = typer.Option(8, "--tries", help="CR: random H matrices to try (the best conditioned is kept)")
 _backend = typer.Option("cpsat", "--solver-backend", help=f"scheme solver: {listed('gradcode exact solvers')}")
 _objective = typer.Option("expected", "--objective",
@@ -152,7 +152,7 @@ def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, tim
         if r.plan is None:
             raise InputError(problem.name, "solver", f"{r.termination.value}: {r.message}")
         return code_from_dict(r.plan, problem.name), r
-    if scheme in ("fr", "gc-fr", "cr", "gc-cr", "pgc-fr", "pgc-cr") and problem.k != problem.n:
+    if scheme in ("fr", "gc-fr", "cr", "gc-cr", "pgc-fr", "pgc-cr", "cyclic-mds", "approx") and problem.k != problem.n:
         raise InputError("--scheme", "", f"{scheme} needs k = n partitions (the problem has k = {problem.k}, n = {problem.n})")
     return build(scheme, problem.n, problem.s, seed=seed, tries=tries, decoder=decoder,
                  deadline=Deadline(time_limit)), None

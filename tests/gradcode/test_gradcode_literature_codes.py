@@ -120,10 +120,11 @@ def test_new_schemes_build_and_solve_through_the_registry():
     problem = homogeneous_problem(12, 2)
     r = pipeplan.solve(problem, "cyclic-mds")
     assert r.plan["verification"]["decodable"] and r.plan["verification"]["method"] == "exhaustive"
-    a = pipeplan.solve(problem, "approx")          # degree s+1: the checker wants s+1 copies
+    a = pipeplan.solve(problem, "approx", decoder="linear")   # degree s+1: the checker wants s+1 copies
     assert a.quality.value == "feasible" and a.plan["decoder"] == "linear" and "approximate" in a.message
     assert a.plan["meta"]["approximate"] and a.plan["verification"]["verdict"].startswith("approximate")
-    opt = pipeplan.solve(problem, "approx", decoder="lstsq")
+    opt = pipeplan.solve(problem, "approx")        # the optimal decoder, the default: still feasible, error named
+    assert opt.quality.value == "feasible" and opt.plan["decoder"] == "lstsq" and "approximate" in opt.message
     assert opt.plan["verification"]["mean_error"] < a.plan["verification"]["mean_error"]
     assert build("approx", 12, 2, decoder="linear").decoder == "linear"
     with pytest.raises(InputError):

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from pipeplan.app.cli.common import listed
+from pipeplan.app.cli.common import command_text, listed
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
@@ -390,5 +390,6 @@ def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out", help="
         raise InputError("--steps", "", f"need at least 10 steps, got {steps}")
     check_limits(time_limit)
     with staged_folder(out) as stage, _progress("gradcode study") as progress:
-        md = run_study(stage, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress)
+        md = run_study(stage, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress,
+                       command=command_text("pipeplan gradcode study"))
     typer.echo(md)

@@ -53,7 +53,7 @@ def _row(inst: str, problem, solver: str, time_limit: float) -> dict:
             "message": r.message if solver == "general" else ""}
 
 
-def general_study(out: Path, *, time_limit: float, progress=None) -> str:
+def general_study(out: Path, *, time_limit: float, progress=None, command: str | None = None) -> str:
     """Run every solver on every instance (``time_limit`` seconds each, 2 threads), write
     general.csv and general.md under ``out`` and return the markdown."""
     import pipeplan.solvers.gradcode.general_assignment  # noqa: F401  (registers "general")
@@ -90,7 +90,7 @@ def general_study(out: Path, *, time_limit: float, progress=None) -> str:
     write_atomic(out / "general.csv", csv_text(rows, COLUMNS))
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["# Gradient coding: the general class against the best construction", "",
-             f"Made by `general_study(out, time_limit={time_limit:g})` (pipeplan.app.studies.gradcode_general) on "
+             f"Made by `{command or f'general_study(out, time_limit={time_limit:g})'}` on "
              f"{when}, {platform.machine()} (Python {platform.python_version()}), {THREADS} threads, "
              f"{time.perf_counter() - began:.0f} s in all.", "",
              "Assumptions: three worker tiers (speed 2 / 1 / 0.5, straggle probability 0.05 / 0.15 / 0.40, "

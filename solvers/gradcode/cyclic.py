@@ -31,6 +31,24 @@ def cyclic_matrix(n: int, s: int, rng: np.random.Generator) -> np.ndarray:
     return B
 
 
+def best_conditioned(make_B, support: np.ndarray, s: int, wait: int, *, seed: int, tries: int,
+                     deadline: Deadline | None) -> tuple[np.ndarray, int, int, Verification]:
+    """Draw B = ``make_B(rng)`` for seeds seed, seed+1, ... (``tries`` of them, fewer past the
+    ``deadline``: at least one) and keep the decodable one with the smallest worst condition
+    (else the smallest); returns (B, its seed, seeds tried, its verification)."""
+    best, tried = None, 0
+    while tried < tries and not (tried and deadline is not None and deadline.expired()):
+        B = make_B(np.random.default_rng(seed + tried))
+        v = verify(GradientCode(scheme="search", s=s, support=support, B=B, decoder="lstsq", wait=wait),
+                   deadline=deadline)
+        key = (not v.decodable, v.worst_condition)
+        if best is None or key < best[0]:
+            best = (key, B, seed + tried, v)
+        tried += 1
+    _, B, chosen, v = best
+    return B, chosen, tried, v
+
+
 def best_cyclic(n: int, s: int, *, seed: int = 0, tries: int = 8,
                 deadline: Deadline | None = None) -> tuple[GradientCode, Verification]:
     """The best conditioned of ``tries`` random CR codes (seeds seed, seed+1, ...) and its
@@ -41,19 +59,11 @@ def best_cyclic(n: int, s: int, *, seed: int = 0, tries: int = 8,
     if tries < 1:
         raise InputError("--tries", "", f"must be >= 1, got {tries}")
     support = cyclic_support(n, s)
-    best, tried = None, 0
-    while tried < tries and not (tried and deadline is not None and deadline.expired()):
-        B = cyclic_matrix(n, s, np.random.default_rng(seed + tried))
-        code = GradientCode(scheme="cr", s=s, support=support, B=B, decoder="lstsq", wait=n - s)
-        v = verify(code, deadline=deadline)
-        key = (not v.decodable, v.worst_condition)
-        if best is None or key < best[0]:
-            best = (key, code, seed + tried, v)
-        tried += 1
-    _, code, chosen, v = best
+    B, chosen, tried, v = best_conditioned(lambda rng: cyclic_matrix(n, s, rng), support, s, n - s,
+                                           seed=seed, tries=tries, deadline=deadline)
     if not v.decodable:
         raise ValueError(f"no decodable CR code for n={n}, s={s} in {tried} seeds (worst residual {v.worst_residual:.3g})")
-    code = GradientCode(scheme="cr", s=s, support=support, B=code.B, decoder="lstsq", wait=n - s,
+    code = GradientCode(scheme="cr", s=s, support=support, B=B, decoder="lstsq", wait=n - s,
                         meta={"seed": chosen, "tries": tries, "tried": tried, "worst_condition": v.worst_condition})
     return code, v
 

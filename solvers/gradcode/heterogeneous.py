@@ -35,8 +35,9 @@ from pipeplan.formulations.gradcode.coverage_bound import load_limits
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import pipelined
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
-from pipeplan.formulations.gradcode.verifier import Verification, verify
+from pipeplan.formulations.gradcode.verifier import Verification
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
+from pipeplan.solvers.gradcode.cyclic import best_conditioned
 
 
 def speed_loads(problem: GradCodeProblem) -> np.ndarray:
@@ -103,20 +104,11 @@ def hetero_aware_code(problem: GradCodeProblem, loads=None, *, seed: int = 0, tr
         raise ValueError(f"tries must be >= 1, got {tries}")
     loads = speed_loads(problem) if loads is None else np.asarray(loads, dtype=np.int64)
     support = cyclic_fill(loads, problem.k)
-    best, tried = None, 0
-    while tried < tries and not (tried and deadline is not None and deadline.expired()):
-        B = mds_matrix(support, problem.s, np.random.default_rng(seed + tried))
-        code = GradientCode(scheme=scheme, s=problem.s, support=support, B=B, decoder="lstsq",
-                            wait=problem.n - problem.s)
-        v = verify(code, deadline=deadline)
-        key = (not v.decodable, v.worst_condition)
-        if best is None or key < best[0]:
-            best = (key, code, seed + tried, v)
-        tried += 1
-    _, code, chosen, v = best
+    B, chosen, tried, v = best_conditioned(lambda rng: mds_matrix(support, problem.s, rng), support, problem.s,
+                                           problem.n - problem.s, seed=seed, tries=tries, deadline=deadline)
     meta = {"loads": loads.tolist(), "seed": chosen, "tries": tries, "tried": tried,
             "worst_condition": v.worst_condition}
-    code = GradientCode(scheme=scheme, s=problem.s, support=support, B=code.B, decoder="lstsq",
+    code = GradientCode(scheme=scheme, s=problem.s, support=support, B=B, decoder="lstsq",
                         wait=problem.n - problem.s, meta=meta)
     return (pipelined(code, scheme) if problem.pipelined else code), v
 

@@ -31,7 +31,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeplan.app.studies.gradcode import TARGET_LOSS, _code
+from pipeplan.app.studies.gradcode_training_setup import TARGET_LOSS, study_code
 from pipeplan.core.io import write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 
@@ -67,7 +67,7 @@ def _runs(steps: int, progress) -> list[dict]:
         if progress:
             progress(done, len(todo), f"{delay} s={s} {setting} {scheme}")
         problem = replace(homogeneous_problem(N, s, straggler=delays[delay]), **SETTINGS[setting])
-        code = _code(scheme, N, s)
+        code = study_code(scheme, N, s)
         run = train_simulated(problem, code, model=MODEL, steps=steps, seed=0)
         sim = simulate_step_times(problem, code, SIM_STEPS, seed=0)
         rows.append({"delay": delay, "s": s, "setting": setting, "scheme": scheme, "target_loss": target,

@@ -56,7 +56,11 @@ def test_torn_last_line_is_ignored_and_rerun(tmp_path):
 
 @pytest.fixture
 def scratch_registry(monkeypatch):
+    """Solvers registered inside a test disappear after it."""
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    # the systems loaded during the test are forgotten with what they registered: otherwise a
+    # system first loaded here would look loaded, with no solvers, to every later test
+    monkeypatch.setattr(registry, "_loaded", set(registry._loaded))
 
 
 def test_crash_and_overrun_are_recorded_and_the_suite_goes_on(tmp_path, scratch_registry):

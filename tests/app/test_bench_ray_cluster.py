@@ -14,18 +14,20 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from pipeplan.app.bench import read_records, run_suite  # noqa: E402
 from tests.app.test_bench import suite_file  # noqa: E402
+from tests.ray_lock import one_ray_cluster_at_a_time  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    worker = c.add_node(num_cpus=1)
-    c.wait_for_nodes()
-    try:
-        yield c, worker
-    finally:
-        c.shutdown()
+    with one_ray_cluster_at_a_time():
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        worker = c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        try:
+            yield c, worker
+        finally:
+            c.shutdown()
 
 
 def test_a_node_dying_with_a_run_on_it(cluster, monkeypatch, tmp_path):

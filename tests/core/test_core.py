@@ -30,6 +30,9 @@ def test_registry_lookup_and_unknown_name():
 def scratch_registry(monkeypatch):
     """Solvers registered inside a test disappear after it."""
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    # the systems loaded during the test are forgotten with what they registered: otherwise a
+    # system first loaded here would look loaded, with no solvers, to every later test
+    monkeypatch.setattr(registry, "_loaded", set(registry._loaded))
 
 
 def test_solver_crash_becomes_error_result(scratch_registry):

@@ -19,6 +19,7 @@ from pipeplan.formulations.gradcode.decoders import needed_replies  # noqa: E402
 from pipeplan.formulations.gradcode.problem import homogeneous_problem  # noqa: E402
 from pipeplan.formulations.gradcode.straggler import StragglerModel  # noqa: E402
 from pipeplan.solvers.gradcode.schemes import build  # noqa: E402
+from tests.ray_lock import one_ray_cluster_at_a_time  # noqa: E402
 
 N = 16
 NODES = 3
@@ -27,16 +28,17 @@ NODES = 3
 @pytest.fixture(scope="module")
 def cluster():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for _ in range(NODES - 1):
-        c.add_node(num_cpus=1)
-    c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False, logging_level="ERROR")
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
+    with one_ray_cluster_at_a_time():
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        for _ in range(NODES - 1):
+            c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False, logging_level="ERROR")
+        try:
+            yield c
+        finally:
+            ray.shutdown()
+            c.shutdown()
 
 
 def trace(events: dict[tuple[int, int], float], steps: int) -> StragglerModel:

@@ -45,7 +45,7 @@ class _HiGHS(pulp.HiGHS):
 
 
 @lru_cache(maxsize=None)
-def _highs_banner_off() -> None:
+def highs_banner_off() -> None:
     """HiGHS prints a banner on C stdout when the process makes its first Highs object, before
     ``output_flag`` can be cleared: make that first one with stdout pointing at /dev/null, so
     that stdout carries only results (the CLI prints its JSON there) and a bench of hundreds of
@@ -67,7 +67,7 @@ def _highs_banner_off() -> None:
 def make_solver(backend: str, *, time_limit, threads, seed, warm: bool, node_limit: int | None = None):
     """``node_limit``: the most branch-and-bound nodes of the solve (None: no such limit)."""
     if backend == "highs":
-        _highs_banner_off()
+        highs_banner_off()
         nodes = {} if node_limit is None else {"mip_max_nodes": int(node_limit)}
         return _HiGHS(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL, random_seed=seed, **nodes)
     # CBC is deterministic by default and its randomCbcSeed 0 means "seed from the clock"

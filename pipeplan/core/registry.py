@@ -36,7 +36,7 @@ SOLVER_MODULES: dict[str, tuple[str, ...]] = {
     "gradcode": ("pipeplan.solvers.gradcode.constructions", "pipeplan.solvers.gradcode.cpsat",
                  "pipeplan.solvers.gradcode.milp", "pipeplan.solvers.gradcode.heterogeneous",
                  "pipeplan.solvers.gradcode.general_assignment"),
-    "rollout": ("pipeplan.solvers.rollout.online", "pipeplan.solvers.rollout.cpsat"),
+    "rollout": ("pipeplan.solvers.rollout.online", "pipeplan.solvers.rollout.cpsat", "pipeplan.solvers.rollout.step_plan"),
 }
 
 COMMON = ("time_limit", "seed", "threads", "warm_start")

@@ -1,2 +1,4 @@
-"""Solvers of the rollout-admission problem: online admission policies (simulated) and the
-offline CP-SAT optimum with known response lengths."""
+"""Solvers of the rollout-admission problem: online admission policies (simulated), and the
+offline planners with known response lengths: CP-SAT's optimum and the just-in-time planner."""
+
+OFFLINE = ("cpsat", "step-plan")   # plan a round knowing every response length: not online policies

@@ -18,6 +18,11 @@ def _names(system: str, exact: bool | None = None) -> list[str]:
     return [s.name for s in solvers(system) if exact is None or s.exact == exact]
 
 
+def _rollout_policies() -> list[str]:
+    from pipeplan.solvers.rollout import OFFLINE
+    return [n for n in _names("rollout") if n not in OFFLINE]
+
+
 def _schemes(training: bool) -> str:
     from pipeplan.solvers.gradcode.schemes import PLACEMENTS, TRAINING
     extra = [t for t in TRAINING if t not in PLACEMENTS]
@@ -69,7 +74,7 @@ def _limit_systems() -> str:
 # they are read only when help is shown, so other commands and --version start fast.
 FILLS: dict[str, Callable[[], str]] = {
     "mapping solvers": lambda: ", ".join(_names("mapping")),
-    "rollout policies": lambda: ", ".join(_names("rollout", exact=False)),
+    "rollout policies": lambda: ", ".join(_rollout_policies()),
     "gradcode exact solvers": lambda: " or ".join(_names("gradcode", exact=True)),
     "placement schemes": lambda: _schemes(training=False),
     "training schemes": lambda: _schemes(training=True),

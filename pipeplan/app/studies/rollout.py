@@ -31,12 +31,13 @@ def _when() -> str:
 
 
 def solve_all(problem: RolloutProblem, names, *, time_limit=None, threads=1, seed=0, frontier=2, staleness=0):
-    """Each solver on ``problem``; the online policies with ``staleness`` (the offline solver
-    plans one on-policy round)."""
+    """Each solver on ``problem``; the online policies with ``staleness`` (the offline planners
+    plan one on-policy round)."""
+    from pipeplan.solvers.rollout import OFFLINE
     out = {}
     for name in names:
         extra = {"frontier": frontier} if name.startswith("fgd") else {}
-        if staleness and name != "cpsat":
+        if staleness and name not in OFFLINE:
             extra["staleness"] = staleness
         out[name] = pipeplan.solve(problem, name, time_limit=time_limit, threads=threads, seed=seed, **extra)
     return out

@@ -1,8 +1,9 @@
 """How tight the offline optimum is: for each preset workload and R, on the real (on-demand,
 nonlinear) engine and on its linear counterpart, the best schedule any solver finds (every
-online policy and CP-SAT, each re-scored in the simulator) against the best proven lower bound
-(the separate analytic bound, the flow-shop bounds of ``flowshop_bound``, and CP-SAT's own
-bound where its model is exact: the linear engine). Also the rho sweep (trainer scaled) of one
+online policy, the just-in-time planner ``step-plan`` and CP-SAT, each re-scored in the
+simulator) against the best proven lower bound (the separate analytic bound, the flow-shop
+bounds of ``flowshop_bound``, the step-indexed bound of ``step_bound``, and CP-SAT's own bound
+where its model is exact: the linear engine). Also the rho sweep (trainer scaled) of one
 workload. Writes ``optimum_gaps.md`` and ``optimum_gaps.csv``."""
 from __future__ import annotations
 
@@ -17,18 +18,22 @@ from pipeplan.formulations.rollout.bounds import separate_bound, train_end_lower
 from pipeplan.formulations.rollout.flowshop_bound import chain_bound
 from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
 from pipeplan.solvers.rollout.online import POLICIES
+from pipeplan.solvers.rollout.step_bound import step_bound
 
+PLAN_EVALUATIONS = 10_000   # annealing moves per start of step-plan (about 7 s at R = 32)
 COLUMNS = ("workload", "R", "engine", "rho", "best_s", "best_solver", "cpsat_s", "cpsat_status", "old_bound_s",
-           "fast_bound_s", "chain_bound_s", "chain_closed", "cpsat_bound_s", "bound_s", "bound_source", "old_gap",
-           "gap", "wall_s")
+           "fast_bound_s", "chain_bound_s", "chain_closed", "step_plan_s", "step_bound_s", "step_bound_buckets",
+           "cpsat_bound_s", "bound_s", "bound_source", "old_gap", "gap", "wall_s")
 
 
 def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: float | None, threads: int,
             bound_time: float | None, seed: int = 0) -> dict:
-    """One setting: every policy, CP-SAT when ``time_limit`` is not None, and every bound (the
-    CP-SAT flow-shop relaxation when ``bound_time`` is not None)."""
+    """One setting: every policy, the just-in-time planner, CP-SAT when ``time_limit`` is not
+    None, and every bound (when ``bound_time`` is not None, the CP-SAT flow-shop relaxation and,
+    on a nonlinear engine, the step-indexed bound, each for ``bound_time`` s)."""
     began = time.perf_counter()
     ends = {name: pipeplan.solve(problem, name).objectives["train_end_s"] for name in POLICIES}
+    ends["step-plan"] = pipeplan.solve(problem, "step-plan", seed=seed, evaluations=PLAN_EVALUATIONS).objectives["train_end_s"]
     cpsat_s, cpsat_bound, status = None, 0.0, "-"
     if time_limit is not None:
         r = pipeplan.solve(problem, "cpsat", time_limit=time_limit, threads=threads, seed=seed)
@@ -40,12 +45,18 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
     old, fast = separate_bound(problem), train_end_lower_bound(problem)
     chain, closed = (0.0, False) if bound_time is None else \
         chain_bound(problem, time_limit=bound_time, work_limit=4 * bound_time, threads=threads, closed=True)
-    bounds = {"separate": old, "johnson": fast, "flow-shop CP-SAT": chain, "CP-SAT exact model": cpsat_bound}
+    # the step-indexed bound charges c1, c2 and prefill work: on the linear engine it has none
+    steps = None if bound_time is None or problem.engine.linear else \
+        step_bound(problem, time_limit=bound_time, threads=threads)
+    bounds = {"separate": old, "johnson": fast, "flow-shop CP-SAT": chain, "CP-SAT exact model": cpsat_bound,
+              "step-indexed": steps.bound_s if steps else 0.0}
     source = max(bounds, key=bounds.get)
     bound = bounds[source]
     return {"workload": workload, "R": R, "engine": engine, "rho": rho, "best_s": best, "best_solver": best_solver,
             "cpsat_s": cpsat_s, "cpsat_status": status, "old_bound_s": old, "fast_bound_s": fast,
-            "chain_bound_s": chain, "chain_closed": closed, "cpsat_bound_s": cpsat_bound or None, "bound_s": bound,
+            "chain_bound_s": chain, "chain_closed": closed, "step_plan_s": ends["step-plan"],
+            "step_bound_s": steps.bound_s if steps else None, "step_bound_buckets": steps.buckets if steps else None,
+            "cpsat_bound_s": cpsat_bound or None, "bound_s": bound,
             "bound_source": source, "old_gap": (best - old) / best, "gap": (best - bound) / best,
             "wall_s": time.perf_counter() - began}
 
@@ -90,11 +101,13 @@ def optimum_gaps_markdown(rows: list[dict], command: str) -> str:
     preset = [r for r in rows if r["rho"] == "preset"]
     swept = [r for r in rows if r["rho"] != "preset"]
     lines = ["# How tight the offline optimum is", "", f"Made by `{command}` on {_when()}.", "",
-             "best schedule: the least train end of every online policy and, where it ran, CP-SAT (each re-scored "
-             "in the simulator). old bound: the separate analytic bound (`bounds.separate_bound`). new bound: the "
-             "largest proven bound of the separate bound, the Johnson flow-shop bound, CP-SAT's bound on the "
-             "flow-shop relaxation (`flowshop_bound.chain_bound`) and, on the linear engine where the offline model "
-             "is exact, CP-SAT's own proven bound. gap = (best - bound) / best. rho `preset`: the paper's trainer.",
+             "best schedule: the least train end of every online policy, the just-in-time planner `step-plan` and, "
+             "where it ran, CP-SAT (each re-scored in the simulator). old bound: the separate analytic bound "
+             "(`bounds.separate_bound`). new bound: the largest proven bound of the separate bound, the Johnson "
+             "flow-shop bound, CP-SAT's bound on the flow-shop relaxation (`flowshop_bound.chain_bound`), the "
+             "step-indexed bound (`solvers/rollout/step_bound.py`, HiGHS's dual bound) and, on the linear engine "
+             "where the offline model is exact, CP-SAT's own proven bound. gap = (best - bound) / best. "
+             "rho `preset`: the paper's trainer.",
              "", "## Preset trainer", "", *markdown_table(head, (cell(r) for r in preset)), ""]
     if swept:
         lines += [f"## rho sweep ({swept[0]['workload']}, R = {swept[0]['R']})", "",

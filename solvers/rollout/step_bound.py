@@ -1,0 +1,214 @@
+"""A step-indexed lower bound on the train end: the engine's per-step cost and the trainer
+together, for engines whose steps cost more than ``c0`` (the real engine: ``c1`` per running
+request, ``c2`` per KV token in use, prefills).
+
+Why the other bounds stay loose on such engines. ``bounds`` and ``flowshop_bound`` charge a set
+of groups only its *own* work: as if it ran alone. On the paper's engine the attention term
+``c2 x KV`` is most of a step's cost, so a group finishing early is slowed by everything that runs
+beside it; running fewer requests at once instead costs more steps (``c0`` each) and pushes the
+last groups late. That trade-off is what the step index captures.
+
+The argument (every schedule the simulator can make: any admission policy, retractions, any
+trainer order). Count decode steps. Let F_g be the number of steps the engine has run when group
+g completes. After step s at most F_g - s further steps run before g completes, and a request
+gains at most one token per step, so request i of g has at least ``k = (n_i - (F_g - s))^+``
+tokens by step s; those tokens, their prefill and their share of every step they ran in (``c1``
+and ``c2 x (prompt + tokens before)`` per token) are paid by then. So the time at step s is at
+least ``c0 x s + sum over every request of w_i(k_i(s))`` with w_i the additive work of a
+request's first k tokens, *provided s steps run at all* (some group completes at step >= s).
+Every group completing at step >= s completes no earlier, and each of them is then trained
+after that time, in updates of at most U groups (optimizer step each, micro-batches at least the
+updates and tokens / budget). Hence, for every step s reached,
+
+    train_end >= c0 x s + sum_i w_i(k_i(s)) + T(groups with F_g >= s).
+
+The bound minimises the largest right-hand side over all finish steps F. With the steps cut into
+buckets it is a MILP: x[g, b] says F_g lies in bucket b; at each bucket start s the forced work
+of group g is at least its value at the bucket's last step (w_i is increasing and k_i decreases
+in F_g; the last bucket is open: no forced work), so every term is linear in x. HiGHS solves it;
+its proven dual bound is the figure (valid whether or not it closes the MILP), less a tolerance.
+Retractions, recomputation and KV or batch limits only add time: the bound ignores them.
+
+The just-in-time schedule (each request admitted its length before its group's finish step)
+meets the argument's forced work exactly, which is why the bound is tight where the capacity
+limits do not bind (``solvers/rollout/step_plan.py`` searches such schedules).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
+
+BUCKETS = 32          # default number of step buckets (HiGHS closes 32 at R = 32 in about 20 s)
+HORIZON_FACTOR = 2    # the buckets cover this many times the longest response; the last is open
+BOUND_TOL = 1e-6      # relative: HiGHS's dual bound is exact up to its feasibility tolerances
+
+
+def request_work(problem: RolloutProblem, engine: EngineModel | None = None) -> list[np.ndarray]:
+    """``out[i][k]``: the additive engine time (prefill, c1 and c2 terms) of request i's first k
+    tokens, k = 0..n_i."""
+    engine = engine or problem.engine
+    out = []
+    for i, (p, n) in enumerate(zip(problem.prompts, problem.lengths)):
+        k = np.arange(n + 1, dtype=float)
+        w = engine.c1_s * k + engine.c2_s * (k * p + k * (k - 1) / 2)
+        w[1:] += engine.prefill_time(p)
+        out.append(w)
+    return out
+
+
+@dataclass(frozen=True)
+class StepBound:
+    bound_s: float      # the proven lower bound on the train end
+    closed: bool        # HiGHS closed the MILP of the partition the figure comes from
+    buckets: int        # buckets of the last MILP
+    width: int          # steps per bucket at the start
+    rounds: int = 1     # MILPs solved (refinement rounds)
+
+
+def _forced_table(problem: RolloutProblem, work: list[np.ndarray], starts: np.ndarray, last: np.ndarray):
+    """``t[g][b, b2]``: group g's least forced work at step ``starts[b]`` when it completes by
+    step ``last[b2]`` (inf: no limit, no forced work)."""
+    K, L = problem.K, problem.lengths
+    # steps left after the bucket start (an open bucket: more than any response, so none forced)
+    left = np.minimum(last[None, :] - starts[:, None], max(L, default=0) + 1).astype(int)
+    table = np.zeros((problem.R, starts.size, last.size))
+    for i, w in enumerate(work):
+        table[i // K] += w[np.clip(L[i] - left, 0, L[i])]
+    return table
+
+
+def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: np.ndarray, time_limit: float,
+                   threads: int) -> tuple[float, bool, np.ndarray]:
+    """The bucket MILP over buckets beginning at ``starts`` (the last one open): (HiGHS's dual
+    bound, closed, the bucket of each group in its best solution, or an empty array)."""
+    import highspy
+    from scipy import sparse
+
+    from pipeplan.solvers.pulp_backend import highs_banner_off
+
+    R, tr, nb = problem.R, problem.trainer, starts.size
+    U = max(problem.update_sizes())
+    longest = [max(r) if r else 0 for r in problem.response_tokens]
+    last = np.append(starts[1:] - 1, np.inf).astype(float)   # last step of each bucket
+    table = _forced_table(problem, work, starts, last)
+    tokens = np.array(problem.group_tokens, float)
+    total_work = float(sum(w[-1] for w in work))
+    least_update = tr.update_time(int(tokens.min())) if R else 0.0
+
+    # columns: x[g, b] (allowed when the bucket reaches the group's longest response), then per
+    # bucket v (some group completes at or after it), n (updates after it), mb (micro-batches), z
+    xs = {(g, b): None for g in range(R) for b in range(nb) if last[b] >= longest[g]}
+    for j, key in enumerate(xs):
+        xs[key] = j
+    nx = len(xs)
+    iv, inn, imb = nx, nx + nb, nx + 2 * nb
+    iz = nx + 3 * nb
+    ncol = iz + 1
+    rows, cols, vals, lo = [], [], [], []
+    hi: list[float] = []
+
+    def row(entries, lower, upper=np.inf):
+        r = len(lo)
+        for c, v in entries:
+            rows.append(r)
+            cols.append(c)
+            vals.append(v)
+        lo.append(lower)
+        hi.append(upper)
+
+    for g in range(R):
+        row([(xs[g, b], 1.0) for b in range(nb) if (g, b) in xs], 1.0, 1.0)
+    for b in range(nb):
+        if b + 1 < nb:
+            row([(iv + b, 1.0), (iv + b + 1, -1.0)], 0.0)
+        for g in range(R):
+            if (g, b) in xs:
+                row([(iv + b, 1.0), (xs[g, b], -1.0)], 0.0)
+        # z >= c0 s v_b + forced work at s + trainer time of the groups completing at or after s
+        entries = [(iz, 1.0), (iv + b, -engine.c0_s * starts[b]), (inn + b, -tr.optimizer_step_s),
+                   (imb + b, -tr.s_per_microbatch)]
+        count, micro = [(inn + b, float(U))], [(imb + b, float(tr.token_budget))]
+        for (g, b2), j in xs.items():
+            coef = table[g, b, b2]
+            if b2 >= b:
+                coef += tr.s_per_token * tokens[g]
+                count.append((j, -1.0))
+                micro.append((j, -tokens[g]))
+            if coef:
+                entries.append((j, -coef))
+        row(entries, 0.0)
+        # and when steps reach s at all: z >= c0 s + all the work + the least last update
+        row([(iz, 1.0), (iv + b, -engine.c0_s * starts[b])], total_work + least_update)
+        row(count, 0.0)
+        row(micro, 0.0)
+        row([(imb + b, 1.0), (inn + b, -1.0)], 0.0)
+
+    a = sparse.csc_matrix((vals, (rows, cols)), shape=(len(lo), ncol))
+    col_lo, col_hi = np.zeros(ncol), np.ones(ncol)
+    col_hi[inn:iz] = R
+    col_hi[iz] = highspy.kHighsInf
+    cost = np.zeros(ncol)
+    cost[iz] = 1.0
+    integer = np.zeros(ncol, dtype=bool)
+    integer[:inn + nb] = True                                # x, v and the update counts
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = ncol, len(lo)
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lo, col_hi
+    lp.row_lower_, lp.row_upper_ = np.array(lo), np.array(hi)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    lp.integrality_ = [highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous for t in integer]
+    highs_banner_off()
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+    h.setOptionValue("threads", max(1, int(threads)))
+    h.setOptionValue("mip_rel_gap", 1e-5)
+    h.passModel(lp)
+    h.run()
+    bound = h.getInfo().mip_dual_bound
+    closed = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    placed = np.empty(0, dtype=int)
+    if h.getInfo().primal_solution_status == 2:              # a feasible solution is known
+        x = np.array(h.getSolution().col_value[:nx])
+        placed = np.zeros(R, dtype=int)
+        for (g, b), j in xs.items():
+            if x[j] > 0.5:
+                placed[g] = b
+    return (bound if math.isfinite(bound) and bound > 0 else 0.0), closed, placed
+
+
+def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, buckets: int = BUCKETS,
+               time_limit: float = 60.0, threads: int = 1, refine: bool = True) -> StepBound:
+    """The step-indexed bound (module docstring) for one round on one engine without shared
+    prefixes (``engine.single``): ``buckets`` step buckets of equal width over twice the longest
+    response, the last one open. With ``refine``, while time is left, the buckets holding a
+    group in the last solution are halved and the MILP solved again: every partition gives a
+    valid bound, finer ones a tighter one where the solution lies; the largest is returned."""
+    from pipeplan.core.deadline import Deadline
+
+    engine = engine or problem.engine
+    if not engine.single or problem.rounds != 1:
+        raise ValueError("the step-indexed bound covers one round on one engine without shared prefixes")
+    clock = Deadline(time_limit)
+    longest = max((max(r) for r in problem.response_tokens if r), default=1)
+    width = max(1, math.ceil(HORIZON_FACTOR * max(longest, 1) / buckets))
+    starts = np.arange(buckets) * width
+    work = request_work(problem, engine)
+    best, best_closed, rounds = 0.0, False, 0
+    while True:
+        share = clock.remaining() if not refine else clock.remaining() / 2
+        value, closed, placed = _solve_buckets(problem, engine, work, starts, share, threads)
+        rounds += 1
+        if value > best:
+            best, best_closed = value, closed
+        ends = np.append(starts[1:], starts[-1] + 2 * width)   # the open bucket gains a bucket
+        split = sorted({int(b) for b in placed if ends[b] - starts[b] > 1})
+        if not refine or not split or clock.remaining() < 1.0:
+            break
+        starts = np.union1d(starts, [(starts[b] + ends[b]) // 2 for b in split])
+    return StepBound(best * (1 - BOUND_TOL), best_closed, int(starts.size), width, rounds)

@@ -1,0 +1,106 @@
+"""The step-indexed bound and the just-in-time planner: the planner's timeline is the
+simulator's (replayed to the microsecond), the bound equals the brute-force best just-in-time
+plan where the argument says it must, and it holds below every policy's schedule on random
+rounds of every engine mode."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pipeplan
+from pipeplan.core.errors import InputError
+from pipeplan.formulations.rollout.bounds import train_end_lower_bound
+from pipeplan.formulations.rollout.replay import replay
+from pipeplan.formulations.rollout.simulator import simulate
+from pipeplan.formulations.rollout.workloads import preset_round
+from pipeplan.solvers.rollout.online import POLICIES, make_policy
+from pipeplan.solvers.rollout.step_bound import step_bound
+from pipeplan.solvers.rollout.step_plan import StepTimeline, solve_step_plan
+from tests.rollout_helpers import small_round
+
+
+@pytest.mark.parametrize("kv_mode", ["reserve", "on_demand"])
+def test_the_timeline_is_what_the_simulator_does_with_the_plan(kv_mode):
+    import dataclasses
+    p = preset_round("olyphys", 6, seed=2)
+    p = dataclasses.replace(p, engine=dataclasses.replace(p.engine, kv_mode=kv_mode))
+    timeline = StepTimeline(p)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        finish = timeline.longest + rng.integers(0, 3000, p.R)
+        schedule = replay(p, timeline.plan(finish))
+        assert schedule.metrics()["train_end_s"] == pytest.approx(timeline.train_end(finish), rel=1e-9)
+        assert schedule.metrics()["retractions"] == 0
+
+
+def _brute_force_jit(problem, top):
+    """The least train end of every just-in-time plan with finish steps up to ``top``."""
+    timeline = StepTimeline(problem)
+    ranges = [range(int(lo), top + 1) for lo in timeline.longest]
+    return min(timeline.train_end(np.array(f)) for f in itertools.product(*ranges))
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_with_one_step_buckets_the_bound_is_the_best_just_in_time_plan(case):
+    # U = 1 and one micro-batch per group: the bound's trainer term is then exact, and with
+    # one-step buckets so is its engine term; the best plan finishes within the buckets here
+    rng = np.random.default_rng(case)
+    responses = [[int(n) for n in rng.integers(1, 5, 2)] for _ in range(3)]
+    p = small_round(responses, [int(x) for x in rng.integers(1, 4, 3)], seqs=8, c0=0.01, c1=0.004, c2=0.002,
+                    prefill=0.003, kv_mode="on_demand", U=1, per_token=0.002, optimizer=0.01)
+    longest = max(max(r) for r in responses)
+    best = _brute_force_jit(p, 2 * longest + 2)
+    proof = step_bound(p, buckets=2 * longest, time_limit=30)
+    assert proof.width == 1 and proof.closed
+    assert proof.bound_s == pytest.approx(best, rel=1e-5)
+
+
+@st.composite
+def rounds(draw):
+    R, K = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    responses = [[draw(st.integers(0, 20)) for _ in range(K)] for _ in range(R)]
+    prompts = [draw(st.integers(1, 10)) for _ in range(R)]
+    need = max(prompts) + max(max(r) for r in responses)
+    return small_round(responses, prompts, seqs=draw(st.integers(1, 5)), cap=need + draw(st.integers(0, 60)),
+                       c0=draw(st.sampled_from([0.01, 0.02])), c1=draw(st.sampled_from([0.0, 0.002])),
+                       c2=draw(st.sampled_from([0.0, 1e-3])), prefill=draw(st.sampled_from([0.0, 0.003])),
+                       kv_mode=draw(st.sampled_from(["reserve", "on_demand"])), U=draw(st.integers(1, R)),
+                       arrival=draw(st.permutations(range(R * K))),
+                       per_token=draw(st.sampled_from([0.0, 0.001, 0.01])),
+                       optimizer=draw(st.sampled_from([0.0, 0.05])), budget=draw(st.sampled_from([30, 10_000])))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds(), st.sampled_from([4, 16]))
+def test_the_bound_holds_for_every_policy_and_the_planner_on_random_rounds(problem, buckets):
+    bound = step_bound(problem, buckets=buckets, time_limit=10).bound_s
+    for name in POLICIES:
+        assert simulate(problem, make_policy(name)).metrics()["train_end_s"] >= bound - 1e-9, name
+    planned = pipeplan.solve(problem, "step-plan", evaluations=200)
+    assert planned.objectives["train_end_s"] >= bound - 1e-9
+
+
+def test_on_the_paper_engine_the_planner_beats_every_policy_and_the_bound_beats_the_analytic_one():
+    p = preset_round("lsat-ar", 12)
+    planned = pipeplan.solve(p, "step-plan", evaluations=1500, prove_s=8)
+    best_policy = min(simulate(p, make_policy(name)).metrics()["train_end_s"] for name in POLICIES)
+    assert planned.objectives["train_end_s"] < best_policy
+    assert planned.params["step_bound_s"] > train_end_lower_bound(p)
+    assert planned.bound["train_end_s"] == pytest.approx(planned.params["step_bound_s"])
+    assert planned.gap < (best_policy - train_end_lower_bound(p)) / best_policy
+
+
+@pytest.mark.parametrize("change, field", [({"rounds": 2}, "rounds"), ({"replicas": 2}, "engine"),
+                                          ({"prefix_sharing": True}, "engine")])
+def test_several_rounds_or_engines_are_refused_in_one_line(change, field):
+    import dataclasses
+    if "rounds" in change:
+        p = preset_round("sci-jl", 4, rounds=2)
+    else:
+        p = preset_round("sci-jl", 4)
+        p = dataclasses.replace(p, engine=dataclasses.replace(p.engine, **change))
+    with pytest.raises(InputError) as err:
+        solve_step_plan(p)
+    assert err.value.field == field

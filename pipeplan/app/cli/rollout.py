@@ -325,6 +325,33 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
         typer.echo(md + f"\nwritten: {out}/reproduction.md, reproduction.csv, gantt_sync.png, gantt_cgp-fgd.png")
 
 
+@rollout_app.command("frontier")
+def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "sci-jl", "olyphys")), "--workloads",
+                                               help=WORKLOAD_HELP + " (comma list)"),
+                 seeds: int = typer.Option(3, "--seeds", min=1, help="rounds drawn per setting"),
+                 out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of fgd_frontier.md/.csv/.png")):
+    """FGD's hard gate against CGP over the frontier width F_w on the paper's engine (full KV),
+    with attention switched off as the control and the offline planner as the yardstick; writes
+    fgd_frontier.md/.csv/.png (about 2 min)."""
+    from pipeplan.app.studies.rollout_frontier import COLUMNS, frontier_markdown, frontier_plot, frontier_study
+    from pipeplan.core.io import write_atomic
+    from pipeplan.core.tables import csv_text
+    from pipeplan.formulations.rollout.workloads import preset_round
+
+    names = [w.strip() for w in workloads.split(",") if w.strip()]
+    for w in names:
+        preset_round(w, 32)                      # unknown presets fail before any work
+    command = command_text("pipeplan rollout frontier")
+    with _progress("frontier") as progress:
+        rows = frontier_study(workloads=names, seeds=seeds, progress=progress)
+    md = frontier_markdown(rows, command, seeds)
+    with staged_folder(out) as stage:
+        write_atomic(stage / "fgd_frontier.md", md)
+        write_atomic(stage / "fgd_frontier.csv", csv_text(rows, COLUMNS))
+        frontier_plot(rows, stage / "fgd_frontier.png", "FGD-hard vs CGP over the frontier width (paper's engine)")
+    typer.echo(md + f"\nwritten: {out}/fgd_frontier.md, fgd_frontier.csv, fgd_frontier.png")
+
+
 @rollout_app.command("async")
 def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", help=WORKLOAD_HELP + " (comma list)"),
               R: int = typer.Option(32, "--R", min=1, help="groups (prompts) per round"),

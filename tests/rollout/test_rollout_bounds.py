@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import pipeplan
 from pipeplan.formulations.rollout import brute_force
@@ -15,7 +14,7 @@ from pipeplan.formulations.rollout.flowshop_bound import chain_bound, flow_shop_
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.instances.rollout import TINY, tiny_instance
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
-from tests.rollout_helpers import small_round
+from tests.rollout_helpers import random_rounds, small_round
 
 TINIES = [tiny_instance(k) for k in range(TINY)]
 QUICK = {"time_limit": 5.0, "work_limit": 5.0, "threads": 1}
@@ -59,24 +58,8 @@ def test_johnson_rule_is_the_flow_shop_optimum():
     assert flow_shop_makespan(first, second) == pytest.approx(best)
 
 
-@st.composite
-def rounds(draw):
-    R, K = draw(st.integers(1, 5)), draw(st.integers(1, 3))
-    responses = [[draw(st.integers(0, 25)) for _ in range(K)] for _ in range(R)]
-    prompts = [draw(st.integers(1, 10)) for _ in range(R)]
-    need = max(prompts) + max(max(r) for r in responses)
-    return small_round(responses, prompts, seqs=draw(st.integers(1, 5)), cap=need + draw(st.integers(0, 60)),
-                       c0=draw(st.sampled_from([0.01, 0.02])), c1=draw(st.sampled_from([0.0, 0.001])),
-                       c2=draw(st.sampled_from([0.0, 1e-4])), prefill=draw(st.sampled_from([0.0, 0.003])),
-                       kv_mode=draw(st.sampled_from(["reserve", "on_demand"])), U=draw(st.integers(1, R)),
-                       arrival=draw(st.permutations(range(R * K))),
-                       per_token=draw(st.sampled_from([0.0, 0.001, 0.01])),
-                       optimizer=draw(st.sampled_from([0.0, 0.05, 0.5])), budget=draw(st.sampled_from([40, 10_000])),
-                       retract_headroom_steps=draw(st.sampled_from([1, 20])))
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rounds())
+@given(random_rounds())
 def test_bounds_hold_for_every_policy_on_random_rounds(problem):
     old, fast = separate_bound(problem), train_end_lower_bound(problem)
     strong = strong_train_end_lower_bound(problem, **QUICK)

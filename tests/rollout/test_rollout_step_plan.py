@@ -18,7 +18,7 @@ from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
 from pipeplan.solvers.rollout.step_bound import step_bound
 from pipeplan.solvers.rollout.step_plan import StepTimeline, solve_step_plan
-from tests.rollout_helpers import small_round
+from tests.rollout_helpers import random_rounds, small_round
 
 
 @pytest.mark.parametrize("kv_mode", ["reserve", "on_demand"])
@@ -57,23 +57,8 @@ def test_with_one_step_buckets_the_bound_is_the_best_just_in_time_plan(case):
     assert proof.bound_s == pytest.approx(best, rel=1e-5)
 
 
-@st.composite
-def rounds(draw):
-    R, K = draw(st.integers(1, 4)), draw(st.integers(1, 3))
-    responses = [[draw(st.integers(0, 20)) for _ in range(K)] for _ in range(R)]
-    prompts = [draw(st.integers(1, 10)) for _ in range(R)]
-    need = max(prompts) + max(max(r) for r in responses)
-    return small_round(responses, prompts, seqs=draw(st.integers(1, 5)), cap=need + draw(st.integers(0, 60)),
-                       c0=draw(st.sampled_from([0.01, 0.02])), c1=draw(st.sampled_from([0.0, 0.002])),
-                       c2=draw(st.sampled_from([0.0, 1e-3])), prefill=draw(st.sampled_from([0.0, 0.003])),
-                       kv_mode=draw(st.sampled_from(["reserve", "on_demand"])), U=draw(st.integers(1, R)),
-                       arrival=draw(st.permutations(range(R * K))),
-                       per_token=draw(st.sampled_from([0.0, 0.001, 0.01])),
-                       optimizer=draw(st.sampled_from([0.0, 0.05])), budget=draw(st.sampled_from([30, 10_000])))
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rounds(), st.sampled_from([4, 16]))
+@given(random_rounds(), st.sampled_from([4, 16]))
 def test_the_bound_holds_for_every_policy_and_the_planner_on_random_rounds(problem, buckets):
     bound = step_bound(problem, buckets=buckets, time_limit=10).bound_s
     for name in POLICIES:

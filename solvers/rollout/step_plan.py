@@ -86,10 +86,11 @@ class StepTimeline:
 
 def seeds(problem: RolloutProblem, timeline: StepTimeline) -> dict[str, np.ndarray]:
     """Starting plans: every group as early as it can finish, and the groups finishing one
-    after another in Johnson's flow-shop order, spaced by the trainer's mean update."""
+    after another in Johnson's flow-shop order, about (mean longest response) / R steps apart
+    (each no earlier than its own longest response)."""
     asap = timeline.longest.copy()
     spaced = asap.copy()
-    step = int(np.mean(timeline.longest) / max(1, problem.R // max(timeline.sizes)))
+    step = int(np.mean(timeline.longest) / max(1, problem.R // max(timeline.sizes)))   # per update
     prev = 0
     for g in johnson_order(problem):
         prev = spaced[g] = max(asap[g], prev + step // max(timeline.sizes))

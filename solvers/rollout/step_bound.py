@@ -52,7 +52,7 @@ def request_work(problem: RolloutProblem, engine: EngineModel | None = None) -> 
     tokens, k = 0..n_i."""
     engine = engine or problem.engine
     out = []
-    for i, (p, n) in enumerate(zip(problem.prompts, problem.lengths)):
+    for p, n in zip(problem.prompts, problem.lengths):
         k = np.arange(n + 1, dtype=float)
         w = engine.c1_s * k + engine.c2_s * (k * p + k * (k - 1) / 2)
         w[1:] += engine.prefill_time(p)
@@ -101,9 +101,8 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
 
     # columns: x[g, b] (allowed when the bucket reaches the group's longest response), then per
     # bucket v (some group completes at or after it), n (updates after it), mb (micro-batches), z
-    xs = {(g, b): None for g in range(R) for b in range(nb) if last[b] >= longest[g]}
-    for j, key in enumerate(xs):
-        xs[key] = j
+    allowed = [(g, b) for g in range(R) for b in range(nb) if last[b] >= longest[g]]
+    xs = {key: j for j, key in enumerate(allowed)}
     nx = len(xs)
     iv, inn, imb = nx, nx + nb, nx + 2 * nb
     iz = nx + 3 * nb

@@ -49,8 +49,14 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
-               progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Run ``frames`` frames through the export in ``folder``; returns the report."""
+               progress: Callable[[int, int], None] | None = None,
+               together: threading.Barrier | None = None) -> dict[str, Any]:
+    """Run ``frames`` frames through the export in ``folder``; returns the report.
+
+    ``together``: a barrier shared by runs of several exports at once (a joint export,
+    :mod:`pipeplan.deploy.multi`). Each run waits at it once its sessions are ready, so the
+    pipelines start streaming together, and again when its frames are out, so no run's
+    reference check competes with another's frames."""
     if frames < 2:
         raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
     m = load_manifest(folder)
@@ -79,6 +85,8 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
         finally:
             queues[0].put(None)
 
+    if together is not None:
+        together.wait()
     threads = [threading.Thread(target=feed, name="feeder", daemon=True)]
     threads += [threading.Thread(target=w.serve, args=(queues[i], queues[i + 1]), name=f"stage{i}", daemon=True)
                 for i, w in enumerate(stages)]
@@ -96,6 +104,8 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
         t.join()
     if failures:
         raise failures[0]
+    if together is not None:
+        together.wait()
     match, max_diff = _compare_with_reference(m, outputs, seed)
     return _report(m, stages, sessions, cores, leave, match, max_diff)
 

@@ -17,6 +17,7 @@ from pipeplan.app.cli.common import Group, command_text, listed
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.app.cli.gradcode import app as gradcode_app
 from pipeplan.app.cli.instance import instance_cmd
+from pipeplan.app.cli.multi import multi_app
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError, SolverFailure
@@ -28,6 +29,7 @@ app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, pretty_
                   help="pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission).")
 app.add_typer(gradcode_app, name="gradcode")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(multi_app, name="multi")
 app.command("instance")(instance_cmd)
 
 
@@ -81,10 +83,19 @@ def instances_cmd(system: Optional[str] = typer.Option(None, "--system", help=f"
         for name in names():
             what = ("block-level, measured (Khadas VIM3)" if name in measured
                     else "operator-level, roofline estimate, fused (also @raw, @modules)" if sys_name == "mapping"
+                    else _multi_line(name) if sys_name == "multi"
                     else sys_name)
             if name.startswith("host/"):    # several times off on a real CPU: point to the measured way
                 what += "; measured instead: pipeplan instance " + name.split("/", 1)[1] + " --out my.json"
             typer.echo(f"{name:40s} {what}")
+
+
+def _multi_line(name: str) -> str:
+    """What a multi-network instance holds: its networks and how they share the PUs."""
+    from pipeplan.instances.multi import load_multi
+    problem = load_multi(name)
+    nets = " + ".join(f"{n.name}={n.problem.name}" for n in problem.networks)
+    return f"{len(problem.networks)} networks on one SoC, {problem.sharing.replace('_', '-')} PUs: {nets}"
 
 
 @app.command("solvers")
@@ -542,12 +553,16 @@ def export_cmd(plan: Path = typer.Argument(..., help="a plan or SolveResult JSON
 
 
 @app.command("run")
-def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan export)"),
+def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan export, or pipeplan multi export)"),
             frames: int = typer.Option(200, "--frames", help="frames to stream through (at least 2)"),
             seed: int = typer.Option(0, "--seed", help="seed of the random input frames"),
             as_json: bool = typer.Option(False, "--json", help="print the whole report as JSON")):
-    """Run an export as a pipeline on ONNX Runtime: throughput, latency, PU busy share, output check."""
+    """Run an export as a pipeline on ONNX Runtime: throughput, latency, PU busy share, output check.
+    A joint export (joint.json) runs every network's pipeline at the same time."""
     from pipeplan.deploy.executor import platform_warning, run_export
+    from pipeplan.deploy.multi import is_joint_export
+    if is_joint_export(folder):
+        return _run_joint(folder, frames, seed, as_json)
     with _progress(f"run {folder.name}") as progress:
         report = run_export(folder, frames=frames, seed=seed, progress=progress)
     warning = platform_warning(report)
@@ -565,6 +580,31 @@ def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan 
                    "latency includes queueing, the predicted one does not")
         typer.echo("busy: " + ", ".join(f"{pu} {share:.0%}" for pu, share in report["pu_busy_share"].items())
                    + f"; outputs match the unsplit model: {'yes' if report['outputs_match'] else 'NO'}")
+    if not report["outputs_match"]:
+        raise typer.Exit(1)
+
+
+def _run_joint(folder: Path, frames: int, seed: int, as_json: bool) -> None:
+    """`pipeplan run` of a joint export: one line per network, measured under concurrency vs predicted."""
+    from pipeplan.deploy.executor import platform_warning
+    from pipeplan.deploy.multi import run_joint
+    with _progress(f"run {folder.name}") as progress:
+        report = run_joint(folder, frames=frames, seed=seed, progress=progress)
+    for net in report["networks"].values():
+        warning = platform_warning(net["run"])
+        if warning:
+            typer.echo(warning, err=True)
+    if as_json:
+        _emit(report)
+    else:
+        for name, net in report["networks"].items():
+            m, alone, joint = net["measured"], net["predicted"]["alone"], net["predicted"]["joint"]
+            fps = "n/a" if m["concurrent_fps"] is None else f"{m['concurrent_fps']:.1f}"
+            typer.echo(f"{name}: {fps} fps measured together ({m['concurrent_frames']} frames) / predicted "
+                       f"{alone['fps']:.1f} alone, {joint['fair_fps']:.1f} fair, {joint['total_fps']:.1f} total, "
+                       f"{joint['sustained_fps']:.1f} sustained; latency median {m['latency_ms_median']:.2f} ms / "
+                       f"{alone['latency_ms']:.2f} ms alone, {joint['worst_latency_ms']:.2f} ms worst-case predicted; "
+                       f"outputs match the unsplit model: {'yes' if net['outputs_match'] else 'NO'}")
     if not report["outputs_match"]:
         raise typer.Exit(1)
 

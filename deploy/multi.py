@@ -1,0 +1,330 @@
+"""Several DNNs on one SoC, deployed: ``pipeplan multi export`` cuts every network of a joint
+plan into its own export folder, and ``pipeplan run`` on the joint folder streams all of them at
+the same time on ONNX Runtime.
+
+A joint export is a folder holding ``joint.json`` (schema ``pipeplan.multi-export/1``) and one
+single-network export (:mod:`pipeplan.deploy.export`, ``manifest.json`` and sub-models) per
+network, in a sub-folder named after the network. ``joint.json`` records the instance, how the
+networks share the PUs and, per network, its folder and what the cost model predicts for it:
+alone (its period and latency, the manifest's figures) and next to the others
+(:func:`~pipeplan.formulations.mapping.multi.evaluator.evaluate_joint`: the rates of the fairness
+objective, of the total objective, the common sustained rate, the worst-case latency and its
+busy time per frame on every PU).
+
+Only networks with an ONNX model behind them can be exported: operator-level instances
+``<platform>/<model>`` of the models shipped in the onnx wheel. The measured block-level ones
+(``khadas-vim3/...``) have no model to cut and are refused before anything is written.
+
+The export is atomic as a whole: every network is exported into a temporary folder beside
+``out``, which replaces ``out`` only at the end. An existing ``out`` is replaced only when it is
+empty or an intact earlier joint export holding nothing else (its ``joint.json`` and the network
+folders it names, each an intact single-network export), so nothing the tool did not write is
+ever deleted.
+
+Running: one thread per network calls the single-network executor
+(:func:`~pipeplan.deploy.executor.run_export`) on its folder; a barrier makes the pipelines start
+streaming together once all their sessions are loaded, and the reference checks start only when
+every network's frames are out. ONNX Runtime releases the GIL while it computes, so the
+networks' pipelines really run at once, contending for the PUs as the plan shares them. The
+faster networks finish first and the rest then run alone, so the report measures each network's
+rate under concurrency only over the frames that left while every network was still streaming
+(``concurrent_fps``); its whole-run figures (latency included) are there too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import check_output, inside_folder, load_json
+from pipeplan.deploy.executor import run_export
+from pipeplan.deploy.export import _check_target as check_single_target
+from pipeplan.deploy.export import _make_temp_folder, export_plan
+from pipeplan.deploy.manifest import MANIFEST_FILE, sha256_of
+from pipeplan.formulations.mapping.evaluator import InfeasiblePlan
+from pipeplan.formulations.mapping.multi.evaluator import JointEvaluation, evaluate_joint
+from pipeplan.formulations.mapping.multi.plan import joint_plan_from_dict
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
+from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_path
+from pipeplan.formulations.mapping.profile import Reader
+from pipeplan.instances.multi import load_multi
+from pipeplan.instances.paths import PLATFORMS_DIR
+
+JOINT_FILE = "joint.json"
+JOINT_SCHEMA = "pipeplan.multi-export/1"
+JOINT_RATES = ("fair_fps", "total_fps", "sustained_fps")
+
+
+# ------------------------------------------------------------------------------------ export
+
+
+def export_joint(plan_file: str | Path, instance: str, out: str | Path, seed: int = 0) -> dict[str, Any]:
+    """Export the joint plan in ``plan_file`` (a joint plan or SolveResult) for the multi-network
+    ``instance`` into ``out``; returns the content of ``joint.json``."""
+    plan_file, out = Path(plan_file), Path(out)
+    _check_target(out)
+    problem = load_multi(instance)
+    joint = joint_plan_from_dict(load_json(plan_file), str(plan_file))
+    try:
+        ev = evaluate_joint(problem, joint)
+    except InfeasiblePlan as exc:
+        raise InputError(str(plan_file), "plans", f"infeasible for {problem.name}: {exc}") from None
+    models = {net.name: _model_of(problem, i, net) for i, net in enumerate(problem.networks)}
+    folders = _folder_names([net.name for net in problem.networks])
+    plan_sha = sha256_of(plan_file)
+    doc: dict[str, Any] = {
+        "schema": JOINT_SCHEMA,
+        "instance": problem.name,
+        "sharing": problem.sharing,
+        "plan": {"source": str(plan_file), "sha256": plan_sha},
+        "predicted": {**ev.objectives(), "pu_load_ms": ev.pu_load_ms},
+        "networks": {},
+    }
+    tmp = _make_temp_folder(out)
+    try:
+        for net in problem.networks:
+            # the network's plan for its own instance, so the export predicts and picks the
+            # platform as the joint evaluation did (a plan may name another instance)
+            single = tmp / f".plan-{folders[net.name]}.json"
+            single.write_text(json.dumps(replace(joint.plans[net.name], instance=net.problem.name).to_dict()))
+            manifest = export_plan(single, light_model_path(models[net.name]), tmp / folders[net.name],
+                                   instance=net.problem.name, seed=seed)
+            single.unlink()
+            manifest["plan"].update(source=str(plan_file), sha256=plan_sha, network=net.name)
+            (tmp / folders[net.name] / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+            doc["networks"][net.name] = {"folder": folders[net.name], "instance": net.problem.name,
+                                         "model": models[net.name], "weight": net.weight,
+                                         "predicted": _predicted(ev, net.name, manifest["predicted"])}
+        (tmp / JOINT_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return doc
+
+
+def _model_of(problem: MultiProblem, index: int, net: Network) -> str:
+    """The onnx wheel's model behind an operator-level network ``<platform>/<model>[@granularity]``."""
+    name = net.instance or net.problem.name
+    platform, _, model = name.partition("@")[0].partition("/")
+    if name.endswith(".json") or model not in LIGHT_MODELS or not (PLATFORMS_DIR / f"{platform}.json").is_file():
+        raise InputError(problem.source or problem.name, f"networks[{index}].instance",
+                         f"network {net.name} ({name}) has no ONNX model to export; only operator-level "
+                         f"instances <platform>/<model> of the onnx wheel's models ({', '.join(LIGHT_MODELS)}) can be")
+    return model
+
+
+def _folder_names(names: list[str]) -> dict[str, str]:
+    """network -> its sub-folder: the name itself when it is a plain file name, else the name
+    with other characters as '_' (numbered when that collides), never hidden nor joint.json."""
+    out: dict[str, str] = {}
+    for name in names:
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        if base.startswith(".") or base == JOINT_FILE:
+            base = "_" + base
+        folder, k = base, 2
+        while folder in out.values():
+            folder, k = f"{base}-{k}", k + 1
+        out[name] = folder
+    return out
+
+
+def _predicted(ev: JointEvaluation, name: str, alone: dict[str, Any]) -> dict[str, Any]:
+    score = ev.networks[name]
+    return {"alone": {"period_ms": alone["period_ms"], "latency_ms": alone["latency_ms"],
+                      "fps": 1000.0 / alone["period_ms"]},
+            "joint": {"period_ms": score.period_ms, "latency_ms": score.latency_ms,
+                      "worst_latency_ms": score.worst_latency_ms, "fair_fps": ev.fair_fps[name],
+                      "total_fps": ev.total_fps[name], "sustained_fps": ev.sustained_fps,
+                      "busy_ms": score.busy_ms}}
+
+
+def _check_target(out: Path) -> None:
+    """Refuse ``out`` unless it is new, an empty folder or an intact earlier joint export that
+    holds nothing else. Links, files, devices and FIFOs are refused, never written through."""
+    if out.parent.exists() and not out.parent.is_dir():
+        raise InputError(str(out), "", f"cannot write: {out.parent} is a file, not a folder")
+    check_output(out, folder=True)
+    if not out.exists():
+        return
+    try:
+        entries = list(out.iterdir())
+    except OSError as exc:
+        raise InputError(str(out), "", f"cannot read the folder ({exc.strerror or exc})") from None
+    if not entries:
+        return
+    if not is_joint_export(out):
+        raise InputError(str(out), "", f"holds {sorted(e.name for e in entries)[0]!r}, which export does not "
+                         "write, so it is not an earlier joint export; choose another folder")
+    try:
+        written = {n.folder.name: n.folder for n in load_joint(out).networks
+                   if n.folder.parent == out.resolve()}
+    except InputError as exc:
+        raise InputError(str(out), "", f"not an earlier joint export ({exc}); choose another folder") from None
+    for entry in entries:
+        if entry.name == JOINT_FILE and entry.is_file() and not entry.is_symlink():
+            continue
+        if entry.name in written and entry.is_dir() and not entry.is_symlink():
+            check_single_target(entry)
+            continue
+        raise InputError(str(out), "", f"holds {entry.name!r}, which export does not write, so it is "
+                         "not an earlier joint export; choose another folder")
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an earlier joint export there is swapped out, then deleted."""
+    _check_target(out)
+    if out.is_dir() and any(out.iterdir()):
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+# ------------------------------------------------------------------------------------ read
+
+
+@dataclass(frozen=True)
+class ExportedNetwork:
+    name: str
+    folder: Path                 # resolved, inside the joint folder
+    predicted: dict[str, Any]    # {"alone": {...}, "joint": {...}} as export_joint writes it
+
+
+@dataclass(frozen=True)
+class JointExport:
+    source: str
+    instance: str
+    sharing: str
+    networks: tuple[ExportedNetwork, ...]
+
+
+def is_joint_export(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a joint.json (as an entry: a link there counts, and is refused later)."""
+    return os.path.lexists(Path(folder) / JOINT_FILE)
+
+
+def load_joint(folder: str | Path) -> JointExport:
+    """Read and check ``joint.json``: every network folder it names must lie inside ``folder``
+    (links followed), and the predicted figures ``pipeplan run`` reports must be numbers."""
+    folder = Path(folder)
+    source = str(folder / JOINT_FILE)
+    r = Reader(source)
+    doc = r.obj(load_json(inside_folder(folder, JOINT_FILE, source, "")), "")
+    if doc.get("schema") != JOINT_SCHEMA:
+        raise r.fail("schema", f"expected {JOINT_SCHEMA!r}, got {doc.get('schema')!r}")
+    raw = r.obj(r.get(doc, "networks", ""), "networks")
+    if not raw:
+        raise r.fail("networks", "expected at least one network")
+    networks, seen = [], {}
+    for name, entry in raw.items():
+        fld = f"networks.{name}"
+        entry = r.obj(entry, fld)
+        path = inside_folder(folder, r.get(entry, "folder", fld), source, f"{fld}.folder")
+        if path in seen:
+            raise r.fail(f"{fld}.folder", f"is also the folder of network {seen[path]}")
+        seen[path] = name
+        pred = r.obj(r.get(entry, "predicted", fld), f"{fld}.predicted")
+        alone = r.obj(r.get(pred, "alone", f"{fld}.predicted"), f"{fld}.predicted.alone")
+        together = r.obj(r.get(pred, "joint", f"{fld}.predicted"), f"{fld}.predicted.joint")
+        busy = r.obj(r.get(together, "busy_ms", f"{fld}.predicted.joint"), f"{fld}.predicted.joint.busy_ms")
+        predicted = {
+            "alone": {k: r.number(r.get(alone, k, f"{fld}.predicted.alone"), f"{fld}.predicted.alone.{k}")
+                      for k in ("period_ms", "latency_ms", "fps")},
+            "joint": {**{k: r.number(r.get(together, k, f"{fld}.predicted.joint"), f"{fld}.predicted.joint.{k}")
+                         for k in ("worst_latency_ms", *JOINT_RATES)},
+                      "busy_ms": {pu: r.number(v, f"{fld}.predicted.joint.busy_ms.{pu}") for pu, v in busy.items()}},
+        }
+        networks.append(ExportedNetwork(name, path, predicted))
+    return JointExport(source=source, instance=r.string(r.get(doc, "instance", ""), "instance"),
+                       sharing=r.string(r.get(doc, "sharing", ""), "sharing"), networks=tuple(networks))
+
+
+# ------------------------------------------------------------------------------------ run
+
+
+def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
+              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Stream ``frames`` frames through every network of the joint export in ``folder`` at
+    once; returns the report (per network: measured, predicted, their ratios, the whole
+    single-network run report)."""
+    joint = load_joint(folder)
+    nets = joint.networks
+    together = threading.Barrier(len(nets))
+    left: dict[str, list[float]] = {n.name: [] for n in nets}   # when each frame left the pipeline
+    lock = threading.Lock()
+    reports: dict[str, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+
+    def one(net: ExportedNetwork) -> None:
+        def tick(done: int, total: int) -> None:
+            now = time.perf_counter()
+            with lock:
+                left[net.name].append(now)
+                if progress:
+                    progress(sum(map(len, left.values())), frames * len(nets))
+        try:
+            reports[net.name] = run_export(net.folder, frames=frames, seed=seed, progress=tick, together=together)
+        except BaseException as exc:   # handed to the caller below
+            errors.append(exc)
+            together.abort()           # the others stop waiting for this one
+
+    threads = [threading.Thread(target=one, args=(n,), name=f"net-{n.name}", daemon=True) for n in nets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:   # the first real failure; the others only saw the barrier break
+        raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+    return _joint_report(joint, reports, left, frames, seed)
+
+
+def _joint_report(joint: JointExport, reports: dict[str, dict], left: dict[str, list[float]],
+                  frames: int, seed: int) -> dict[str, Any]:
+    end = min(times[-1] for times in left.values())   # the first network done: concurrency ends
+    out: dict[str, Any] = {}
+    for net in joint.networks:
+        rep, times = reports[net.name], left[net.name]
+        inside = [t for t in times if t <= end]
+        period_ms = (inside[-1] - inside[0]) / (len(inside) - 1) * 1e3 if len(inside) > 1 else None
+        fps = 1000.0 / period_ms if period_ms else None
+        alone, together = net.predicted["alone"], net.predicted["joint"]
+        out[net.name] = {
+            "folder": str(net.folder),
+            "outputs_match": rep["outputs_match"],
+            "max_abs_diff": rep["max_abs_diff"],
+            "measured": {"concurrent_fps": fps, "concurrent_period_ms": period_ms, "concurrent_frames": len(inside),
+                         "throughput_fps": rep["throughput_fps"], "period_ms": rep["measured_period_ms"],
+                         "latency_ms_median": rep["latency_ms_median"], "latency_ms_p90": rep["latency_ms_p90"],
+                         "service_ms_median": rep["service_ms_median"],
+                         "queueing_ms_median": rep["queueing_ms_median"], "pu_busy_share": rep["pu_busy_share"]},
+            "predicted": net.predicted,
+            "ratios": {**{f"fps_vs_{k}": _ratio(fps, v) for k, v in
+                          [("alone", alone["fps"])] + [(k.removesuffix("_fps"), together[k]) for k in JOINT_RATES]},
+                       "latency_vs_alone": _ratio(rep["latency_ms_median"], alone["latency_ms"]),
+                       "latency_vs_worst": _ratio(rep["latency_ms_median"], together["worst_latency_ms"])},
+            "run": rep,
+        }
+    # the cost model's PU utilisation at the measured rates: near 1 on a PU the pipelines keep
+    # busy when the model's busy times are right; above 1, the PU did more than the model allows
+    pus = sorted({pu for n in joint.networks for pu in n.predicted["joint"]["busy_ms"]})
+    load = {pu: sum((out[n.name]["measured"]["concurrent_fps"] or 0.0) * n.predicted["joint"]["busy_ms"].get(pu, 0.0)
+                    for n in joint.networks) / 1000.0 for pu in pus}
+    return {"export": str(Path(joint.source).parent), "instance": joint.instance, "sharing": joint.sharing,
+            "frames": frames, "seed": seed, "outputs_match": all(n["outputs_match"] for n in out.values()),
+            "predicted_pu_utilisation_at_measured_rates": load, "networks": out}
+
+
+def _ratio(measured: float | None, predicted: float) -> float | None:
+    return measured / predicted if measured is not None and predicted > 0 else None

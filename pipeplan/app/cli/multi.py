@@ -1,0 +1,118 @@
+"""``pipeplan multi ...``: several DNNs on one SoC (joint mapping of concurrent networks).
+
+An instance is a catalogue name (``multi/yolo+mobile``; ``pipeplan instances --system multi``)
+or a multi-instance JSON file (``pipeplan.multi-instance/1``) whose networks name catalogue
+instances or mapping instance files inside the file's folder. Bad input (an unknown network
+instance, a network no PU can run, a weight <= 0, deadlines or demanded rates no plan can meet)
+prints one ``error:`` line and exits 2 before anything is written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pipeplan.app.cli.common import listed
+from pipeplan.app.cli.common import progress as _progress
+from pipeplan.core.errors import InputError
+from pipeplan.core.vocabulary import MULTI_OBJECTIVES
+
+multi_app = typer.Typer(no_args_is_help=True,
+                        help="Several DNNs on one SoC: joint mapping, exact and heuristic; export and run together.")
+
+INSTANCE = typer.Argument(..., help="multi-network instance: a name (pipeplan instances --system multi) or a JSON file")
+OBJECTIVE_HELP = "; ".join(f"{o.name}: {o.label} ({o.direction})" for o in MULTI_OBJECTIVES.values())
+
+
+def _objective(objective: str) -> str:
+    if objective not in MULTI_OBJECTIVES:
+        raise InputError("--objective", "", f"unknown objective {objective!r} (choose from {', '.join(MULTI_OBJECTIVES)})")
+    return objective
+
+
+def summary(result) -> str:
+    """One line: the solver, its statuses, the objective's value, bound and gap."""
+    o = MULTI_OBJECTIVES[result.params.get("objective", "fairness")]
+    value = result.objectives.get(o.key)
+    bound = result.bound.get(o.key)
+    parts = [f"{result.solver}: {result.termination.value}/{result.quality.value}"]
+    if value is not None:
+        parts.append(f"{o.label} {value:.4g}")
+    if bound is not None:
+        parts.append(f"bound {bound:.4g} ({result.bound_source.get(o.key, 'bound')})")
+    if result.gap is not None:
+        parts.append(f"gap {result.gap:.2%}")
+    parts.append(f"{result.wall_time_s:.1f} s")
+    return ", ".join(parts)
+
+
+@multi_app.command("solve")
+def solve_cmd(instance: str = INSTANCE,
+              solver: str = typer.Option("cpsat", "--solver", help=f"solver: {listed('multi solvers')}"),
+              objective: str = typer.Option("fairness", "--objective", help=OBJECTIVE_HELP),
+              time_limit: Optional[float] = typer.Option(60.0, "--time-limit", help="seconds"),
+              seed: int = typer.Option(0, "--seed", help="seed of the solvers' random choices"),
+              threads: int = typer.Option(2, "--threads", help="threads of the exact solvers"),
+              out: Optional[Path] = typer.Option(None, "--out", help="write the SolveResult JSON here")):
+    """Solve a multi-network instance: print a summary line (and write the SolveResult)."""
+    import pipeplan
+    from pipeplan.core.io import check_output, write_atomic
+    from pipeplan.core.registry import get_solver
+    from pipeplan.instances.multi import load_multi
+
+    _objective(objective)
+    get_solver("multi", solver)
+    if out:
+        check_output(out)
+    problem = load_multi(instance)
+    with _progress(f"{solver} {problem.name}"):
+        result = pipeplan.solve(problem, solver, time_limit=time_limit, seed=seed, threads=threads,
+                                objective=objective)
+    if result.termination.value == "infeasible":
+        raise InputError(instance, "networks", f"infeasible: {result.message}")
+    if out:
+        write_atomic(out, result.to_json())
+    typer.echo(summary(result) + (f" -> {out}" if out else ""))
+    if result.termination.value == "error":
+        typer.echo(result.message, err=True)
+        raise typer.Exit(1)
+
+
+@multi_app.command("evaluate")
+def evaluate_cmd(instance: str = INSTANCE,
+                 plan: Path = typer.Option(..., "--plan", help="a joint plan or SolveResult JSON file")):
+    """Score a joint plan on every objective (JSON), with each network's figures."""
+    import json
+
+    from pipeplan.core.io import load_json
+    from pipeplan.formulations.mapping.evaluator import InfeasiblePlan
+    from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint
+    from pipeplan.formulations.mapping.multi.plan import joint_plan_from_dict
+    from pipeplan.instances.multi import load_multi
+
+    problem = load_multi(instance)
+    joint = joint_plan_from_dict(load_json(plan), str(plan))
+    try:
+        ev = evaluate_joint(problem, joint)
+    except InfeasiblePlan as exc:
+        raise InputError(str(plan), "plans", f"infeasible: {exc}") from None
+    typer.echo(json.dumps(ev.to_dict(), indent=2))
+
+
+@multi_app.command("export")
+def export_cmd(instance: str = INSTANCE,
+               plan: Path = typer.Option(..., "--plan", help="a joint plan or SolveResult JSON file"),
+               out: Path = typer.Option(..., "--out", help="export folder (replaced if it holds an earlier joint export)"),
+               seed: int = typer.Option(0, "--seed", help="seed of the random weights of weightless models")):
+    """Cut every network's model along its plan: one export folder per network plus joint.json
+    (run them together with `pipeplan run OUT`)."""
+    from pipeplan.deploy.multi import export_joint
+
+    with _progress(f"export {Path(instance).stem}"):
+        doc = export_joint(plan, instance, out, seed=seed)
+    for name, net in doc["networks"].items():
+        alone, joint = net["predicted"]["alone"], net["predicted"]["joint"]
+        typer.echo(f"{name} ({net['model']}) -> {out / net['folder']}: predicted {alone['fps']:.1f} fps alone, "
+                   f"{joint['fair_fps']:.1f} fair, {joint['total_fps']:.1f} total, {joint['sustained_fps']:.1f} "
+                   f"sustained; latency {alone['latency_ms']:.2f} ms alone, {joint['worst_latency_ms']:.2f} ms worst-case")

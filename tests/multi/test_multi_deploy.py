@@ -1,0 +1,205 @@
+"""Export a joint plan of two networks (one folder each plus joint.json), run both pipelines at
+the same time and check each computes its whole network; bad instances, plans, folders and
+joint.json files fail with one line and exit status 2, writing nothing."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import pipeplan.deploy.multi as multi
+from pipeplan.app.cli.main import app
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, single_pu_plans
+from pipeplan.formulations.mapping.multi.plan import JointPlan
+from pipeplan.formulations.mapping.plan import plan_from_assignment
+from pipeplan.instances.multi import load_multi
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTANCE = "multi/host-alex+zf"
+FRAMES = 4
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+
+
+def assert_one_line_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def split(net, first: str, second: str):
+    """The network's chain in two stages: the first half of its units on ``first``, the rest on ``second``."""
+    units = tuple(u.name for u in net.problem.units)
+    half = len(units) // 2
+    return plan_from_assignment(units, {u: int(i >= half) for i, u in enumerate(units)},
+                                {u: second if i >= half else first for i, u in enumerate(units)},
+                                instance=net.problem.name)
+
+
+def joint_plans(problem) -> dict[str, JointPlan]:
+    """"part": alex alone on C0, zf alone on C1; "split": both across C0 and C1 (time-shared)."""
+    alex, zf = problem.networks
+    return {"part": JointPlan({"alex": single_pu_plans(alex)["C0"], "zf": single_pu_plans(zf)["C1"]}, problem.name),
+            "split": JointPlan({"alex": split(alex, "C0", "C1"), "zf": split(zf, "C1", "C0")}, problem.name)}
+
+
+def save(path: Path, plan: JointPlan) -> Path:
+    path.write_text(json.dumps(plan.to_dict()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """plan kind -> (plan file, export folder, its joint.json, the stdout of the export), one
+    export per kind for the whole module (each writes two full networks, ~0.5 GB)."""
+    root = tmp_path_factory.mktemp("joint")
+    problem = load_multi(INSTANCE)
+    out = {}
+    for kind, plan in joint_plans(problem).items():
+        plan_file = save(root / f"{kind}.json", plan)
+        folder = root / f"export-{kind}"
+        proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", folder)
+        assert proc.returncode == 0, proc.stderr
+        out[kind] = plan_file, folder, json.loads((folder / "joint.json").read_text()), proc.stdout
+    return out
+
+
+def test_export_writes_one_folder_per_network_and_joint_json(exported):
+    problem = load_multi(INSTANCE)
+    for kind, plan in joint_plans(problem).items():
+        plan_file, folder, doc, stdout = exported[kind]
+        ev = evaluate_joint(problem, plan)
+        assert sorted(p.name for p in folder.iterdir()) == ["alex", "joint.json", "zf"]
+        assert doc["schema"] == "pipeplan.multi-export/1" and doc["instance"] == INSTANCE
+        assert doc["sharing"] == "time_shared" and doc["plan"]["source"] == str(plan_file)
+        assert doc["predicted"]["sustained_fps"] == pytest.approx(ev.sustained_fps)
+        assert list(doc["networks"]) == ["alex", "zf"]
+        for name, model in (("alex", "bvlc_alexnet"), ("zf", "zfnet512")):
+            net = doc["networks"][name]
+            assert net["folder"] == name and net["model"] == model and net["instance"] == f"host/{model}"
+            alone, joint = net["predicted"]["alone"], net["predicted"]["joint"]
+            assert alone["period_ms"] == pytest.approx(ev.networks[name].period_ms)
+            assert alone["fps"] == pytest.approx(1000.0 / alone["period_ms"])
+            assert joint["fair_fps"] == pytest.approx(ev.fair_fps[name])
+            assert joint["total_fps"] == pytest.approx(ev.total_fps[name])
+            assert joint["worst_latency_ms"] == pytest.approx(ev.networks[name].worst_latency_ms)
+            assert joint["busy_ms"] == pytest.approx(ev.networks[name].busy_ms)
+            manifest = json.loads((folder / name / "manifest.json").read_text())
+            assert manifest["instance"] == f"host/{model}" and manifest["plan"]["network"] == name
+            assert manifest["plan"]["source"] == str(plan_file)
+            assert len(manifest["stages"]) == (1 if kind == "part" else 2)
+            assert f"{name} ({model}) -> " in stdout
+        # no temporary folder or per-network plan file is left beside or inside the export
+        assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]
+        assert not [p for p in folder.rglob(".*")]
+    multi._check_target(exported["part"][1])   # an earlier joint export may be replaced
+
+
+def test_run_both_pipelines_at_once_json(exported):
+    _, folder, _, _ = exported["part"]
+    proc = cli("run", folder, "--frames", FRAMES, "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["outputs_match"] and report["instance"] == INSTANCE and report["frames"] == FRAMES
+    assert set(report["networks"]) == {"alex", "zf"}
+    for name, net in report["networks"].items():
+        assert net["outputs_match"], name
+        assert net["run"]["frames"] == FRAMES and net["measured"]["throughput_fps"] > 0
+        assert 1 <= net["measured"]["concurrent_frames"] <= FRAMES
+        assert set(net["ratios"]) == {"fps_vs_alone", "fps_vs_fair", "fps_vs_total", "fps_vs_sustained",
+                                      "latency_vs_alone", "latency_vs_worst"}
+        assert net["predicted"]["alone"]["fps"] > 0
+    # the first network done had all its frames out while the other still streamed
+    first = [n for n in report["networks"].values() if n["measured"]["concurrent_frames"] == FRAMES]
+    assert first and all(n["measured"]["concurrent_fps"] > 0 for n in first)
+    assert set(report["predicted_pu_utilisation_at_measured_rates"]) == {"C0", "C1"}
+
+
+def test_run_both_pipelines_at_once_lines(exported):
+    _, folder, _, _ = exported["split"]
+    proc = cli("run", folder, "--frames", FRAMES)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["alex", "zf"]
+    assert all("fps measured together" in line and line.endswith("outputs match the unsplit model: yes")
+               for line in lines)
+
+
+def test_outputs_that_differ_exit_1(monkeypatch, tmp_path):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "joint.json").write_text("{}")   # only its presence matters: run_joint is replaced
+    fake = {"outputs_match": False, "networks": {}}
+    monkeypatch.setattr(multi, "run_joint", lambda *a, **k: fake)
+    assert CliRunner().invoke(app, ["run", str(folder), "--json"]).exit_code == 1
+
+
+def test_network_without_onnx_model_refused(tmp_path):
+    problem = load_multi("multi/yolo+mobile")     # measured Khadas VIM3 blocks: no model to cut
+    plan = JointPlan({n.name: next(iter(single_pu_plans(n).values())) for n in problem.networks}, problem.name)
+    out = tmp_path / "out"
+    proc = cli("multi", "export", "multi/yolo+mobile", "--plan", save(tmp_path / "plan.json", plan), "--out", out)
+    assert_one_line_error(proc, "yolo+mobile.json", "networks[0].instance", "network yolo", "no ONNX model")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_infeasible_joint_plan_refused(tmp_path):
+    problem = load_multi(INSTANCE)
+    plan = JointPlan({"alex": joint_plans(problem)["part"].plans["alex"]}, problem.name)   # zf has no plan
+    plan_file = save(tmp_path / "plan.json", plan)
+    proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", tmp_path / "out")
+    assert_one_line_error(proc, str(plan_file), "plans", "no plan for network zf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_out_folder_not_written_by_export_refused_and_left_intact(tmp_path, exported):
+    problem = load_multi(INSTANCE)
+    plan_file = save(tmp_path / "plan.json", joint_plans(problem)["part"])
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", out)
+    assert_one_line_error(proc, str(out), "notes.txt")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "plan.json"]
+    # an earlier joint export with a file of someone else's inside is not replaced either
+    _, folder, _, _ = exported["part"]
+    foreign = folder / "zf" / "notes.txt"
+    foreign.write_text("keep me")
+    try:
+        proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", folder)
+        assert_one_line_error(proc, "notes.txt")
+        assert foreign.read_text() == "keep me"
+    finally:
+        foreign.unlink()
+
+
+def joint_doc(folder: str) -> dict:
+    predicted = {"alone": {"period_ms": 10.0, "latency_ms": 10.0, "fps": 100.0},
+                 "joint": {"worst_latency_ms": 20.0, "fair_fps": 50.0, "total_fps": 50.0, "sustained_fps": 50.0,
+                           "busy_ms": {"C0": 10.0}}}
+    return {"schema": "pipeplan.multi-export/1", "instance": INSTANCE, "sharing": "time_shared",
+            "networks": {"alex": {"folder": folder, "predicted": predicted}}}
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "link"])
+def test_joint_json_pointing_outside_its_folder_refused(tmp_path, how):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder = tmp_path / "export"
+    folder.mkdir()
+    if how == "link":
+        (folder / "alex").symlink_to(elsewhere, target_is_directory=True)
+    name = {"dotdot": "../elsewhere", "absolute": str(elsewhere), "link": "alex"}[how]
+    (folder / "joint.json").write_text(json.dumps(joint_doc(name)))
+    proc = cli("run", folder, "--frames", FRAMES)
+    assert_one_line_error(proc, str(folder / "joint.json"), "networks.alex.folder", "not a file inside")

@@ -72,6 +72,7 @@ class Evaluation:
     start_ms: dict[str, float] = field(default_factory=dict)   # unit -> start within its stage
     finish_ms: dict[str, float] = field(default_factory=dict)
     mode: str = "pipelined"
+    phases_ms: float = 0.0    # summed time of every phase (input, units, transfers, output)
 
     def objectives(self) -> dict[str, float]:
         return {"period_ms": self.period_ms, "latency_ms": self.latency_ms, "energy_mj": self.energy_mj,
@@ -102,24 +103,35 @@ def whole_graph_pu(problem: MappingProblem, plan: Plan) -> str | None:
     return None
 
 
-def time_factors(problem: MappingProblem, plan: Plan) -> dict[str, float]:
+def time_factors(problem: MappingProblem, plan: Plan, evicted: frozenset[str] = frozenset()) -> dict[str, float]:
     """unit -> factor on its profiled time, for the effects a per-unit profile cannot hold:
     the whole network as one compiled graph (``Profile.whole_graph``), and the cold first unit
-    of every segment on a PU that holds two or more segments in the frame (``Profile.reentry``)."""
+    of every segment on a PU that holds two or more segments in the frame (``Profile.reentry``).
+
+    ``evicted``: re-entry PUs that other networks use too (the joint model, formulations/mapping/
+    multi): each frame finds another network's graph loaded there, so the first unit of every
+    segment is cold even when the PU holds one segment of this network (a whole-graph plan
+    pays it on its first unit, on top of its share)."""
     prof = problem.profile
+    out: dict[str, float] = {}
     pu = whole_graph_pu(problem, plan)
     if pu is not None:
-        return {u.name: prof.whole_graph[pu] for u in problem.units}
-    out: dict[str, float] = {}
+        out = {u.name: prof.whole_graph[pu] for u in problem.units}
+        if pu in evicted and pu in prof.reentry:
+            first = problem.units[0].name
+            out[first] *= 1.0 + prof.reentry[pu]
+        return out
     for pu, extra in prof.reentry.items():
         starts = segment_starts(problem, plan, pu) if pu in prof.pus else []
-        if len(starts) >= 2:
+        if len(starts) >= 2 or (starts and pu in evicted):
             out.update({u: 1.0 + extra for u in starts})
     return out
 
 
-def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Evaluation:
-    """Score ``plan``; raises :class:`InfeasiblePlan` listing every broken rule."""
+def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True,
+             evicted: frozenset[str] = frozenset()) -> Evaluation:
+    """Score ``plan``; raises :class:`InfeasiblePlan` listing every broken rule. ``evicted``:
+    see :func:`time_factors` (empty for a network alone on the SoC)."""
     if check:
         bad = violations(problem, plan)
         if bad:
@@ -133,7 +145,7 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Eval
     in_phase = prof.input_stage.get(in_pu, {}).get(level[first])
     out_phase = prof.output_stage.get(out_pu, {}).get(level[last])
 
-    factor = time_factors(problem, plan)
+    factor = time_factors(problem, plan, evicted)
 
     def unit_time(u: str) -> float:
         t = prof.time(idx[u], place[u][1], level[u])
@@ -216,4 +228,4 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True) -> Eval
                       energy_ss_mj=steady_uj / 1000.0,
                       throughput_fps=1000.0 / period if period > 0 else float("inf"),
                       stage_times_ms=stage_times, pu_busy_ms={p: b for p, b in busy.items() if b > 0},
-                      start_ms=start, finish_ms=finish, mode=plan.mode)
+                      start_ms=start, finish_ms=finish, mode=plan.mode, phases_ms=phases_ms)

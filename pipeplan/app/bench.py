@@ -83,6 +83,9 @@ def catalogue(system: str) -> tuple[Callable[[], list[str]], Callable[[str], obj
     if system == "rollout":
         from pipeplan.instances.rollout import instance_names, load_instance
         return instance_names, load_instance
+    if system == "multi":
+        from pipeplan.instances.multi import load_multi, multi_names
+        return multi_names, load_multi
     raise KeyError(system)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-SYSTEMS: tuple[str, ...] = ("mapping", "gradcode", "rollout")
+SYSTEMS: tuple[str, ...] = ("mapping", "gradcode", "rollout", "multi")   # multi: several DNNs on one SoC
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,17 @@ MAPPING_KEYS: dict[str, str] = {o.name: o.key for o in MAPPING_OBJECTIVES.values
 # The exact mapping solvers' second objective once the first is proven optimal.
 MAPPING_TIE_BREAK: dict[str, str] = {"period": "latency", "latency": "period", "energy": "period",
                                      "energy_ss": "period"}
+
+# Several networks on one SoC (formulations/mapping/multi): what a joint plan is scored on.
+MULTI_OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
+    # HaX-CoNN's fairness: every network's rate over its rate alone on its best PU, the least of them
+    Objective("fairness", "min_norm_throughput", "x", "max", "min normalised throughput"),
+    Objective("total", "weighted_fps", "fps", "max", "weighted total throughput (fps)"),
+    # Puzzle's measure: the request rate every network sustains at once within its deadline
+    Objective("rate", "sustained_fps", "fps", "max", "sustained request rate (fps)"),
+    Objective("energy", "power_mw", "mW", "min", "power at the demanded rates (mW)"),
+)}
+MultiAxis = Literal[tuple(MULTI_OBJECTIVES)]
 
 GRADCODE_OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("expected", "saa_step_s", "s", "min", "expected step time (s)"),

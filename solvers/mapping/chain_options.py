@@ -106,6 +106,7 @@ class Variant:
     single_stage: bool = False              # whole graph: one stage
     not_all_on: tuple[str, ...] = ()        # PUs that may not hold every unit (the whole-graph variant's plan)
     pruned: int = 0                         # options dropped as dominated
+    min_cold: int = 2                       # least cold units of a many-segment PU (0: another network evicts it)
     pus: list[list[str]] = field(default_factory=list)   # per unit, the PUs of its options (profile order)
 
     def __post_init__(self):

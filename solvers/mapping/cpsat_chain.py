@@ -63,14 +63,16 @@ class CpChainModel:
     and energy (uJ) under caps and an average-power window, on a clone of the base model."""
 
     def __init__(self, problem: MappingProblem, variant: Variant, *, dvfs: bool, max_stages: int | None = None,
-                 deadline: Deadline | None = None):
+                 deadline: Deadline | None = None, model=None):
+        """``model``: build into this CpModel (several networks' chains in one joint model,
+        solvers/mapping/multi) instead of a new one."""
         from ortools.sat.python import cp_model  # here, so that the registry loads without it
 
         self.problem, self.variant, self.dvfs = problem, variant, dvfs
         deadline = deadline or Deadline(None)
         v = variant
         n = len(v.options)
-        m = self.m = cp_model.CpModel()
+        m = self.m = model if model is not None else cp_model.CpModel()
         t_m = [[round(o.time * TICK) for o in opts] for opts in v.options]
         e_m = [[round(o.energy * ETICK) for o in opts] for opts in v.options]
         x_m = [{key: (round(t * TICK), round(e * ETICK)) for key, (t, e) in arcs.items()} for arcs in v.arcs]
@@ -199,7 +201,7 @@ class CpChainModel:
                 m.Add(cold >= on[i][p] - prev)
                 m.Add(cold + prev <= 1)
                 colds.append(cold)
-            m.Add(sum(colds) >= 2)
+            m.Add(sum(colds) >= v.min_cold)
         for p in v.not_all_on:
             if all(p in on[i] for i in range(n)):
                 m.Add(sum(on[i][p] for i in range(n)) <= n - 1)

@@ -41,14 +41,18 @@ class MilpChainModel:
     """One variant's MILP; :meth:`solve` has the signature of ``CpChainModel.solve``."""
 
     def __init__(self, problem: MappingProblem, variant: Variant, *, dvfs: bool, max_stages: int | None = None,
-                 deadline: Deadline | None = None, backend: str = "highs"):
+                 deadline: Deadline | None = None, backend: str = "highs", prob: pulp.LpProblem | None = None,
+                 prefix: str = ""):
+        """``prob``: build into this problem (several networks' chains in one joint MILP,
+        solvers/mapping/multi), naming every variable with ``prefix``."""
         self.problem, self.variant, self.dvfs = problem, variant, dvfs
+        self.prefix = prefix
         self.backend = pick_backend(backend)
         deadline = deadline or Deadline(None)
         v = variant
         n = len(v.options)
-        prob = self.prob = pulp.LpProblem("chain", pulp.LpMinimize)
-        self.a = [[prob.add_variable(f"a_{i}_{k}", cat=pulp.LpBinary) for k in range(len(v.options[i]))]
+        prob = self.prob = prob if prob is not None else pulp.LpProblem("chain", pulp.LpMinimize)
+        self.a = [[prob.add_variable(f"{self.prefix}a_{i}_{k}", cat=pulp.LpBinary) for k in range(len(v.options[i]))]
                   for i in paced(range(n), deadline)]
         for row in self.a:
             prob += pulp.lpSum(row) == 1
@@ -65,7 +69,7 @@ class MilpChainModel:
                 if len(sources) == 1:
                     y = {(sources[0], k): self.a[i][k] for k in range(len(v.options[i]))}
                 else:
-                    y = {(q, k): prob.add_variable(f"y_{i}_{pk[q]}_{k}", 0, 1)
+                    y = {(q, k): prob.add_variable(f"{self.prefix}y_{i}_{pk[q]}_{k}", 0, 1)
                          for k in range(len(v.options[i])) for q in sources}
                     for k in range(len(v.options[i])):
                         prob += pulp.lpSum(y[(q, k)] for q in sources) == self.a[i][k]
@@ -81,16 +85,16 @@ class MilpChainModel:
             cost_e.append(pulp.lpSum(terms_e))
         H = sum(max(o.time for o in v.options[i]) + max((t for t, _ in v.arcs[i].values()), default=0.0)
                 for i in range(n))
-        self.b = [None] * n if v.single_stage else [None] + [prob.add_variable(f"b_{i}", cat=pulp.LpBinary)
+        self.b = [None] * n if v.single_stage else [None] + [prob.add_variable(f"{self.prefix}b_{i}", cat=pulp.LpBinary)
                                                               for i in range(1, n)]
         if not v.single_stage:
             self._disjoint_pus(on, n, pk)
             if max_stages is not None:
                 prob += pulp.lpSum(self.b[1:]) <= max(0, max_stages - 1)
-        R = [prob.add_variable(f"R_{i}", 0, H) for i in range(n)]
-        self.period = prob.add_variable("P", 0, H)
-        self.latency = prob.add_variable("L", 0, H)
-        self.energy = prob.add_variable("E", 0)
+        R = [prob.add_variable(f"{self.prefix}R_{i}", 0, H) for i in range(n)]
+        self.period = prob.add_variable(f"{self.prefix}P", 0, H)
+        self.latency = prob.add_variable(f"{self.prefix}L", 0, H)
+        self.energy = prob.add_variable(f"{self.prefix}E", 0)
         for i in paced(range(n), deadline):
             prob += R[i] >= cost_t[i]
             if i:
@@ -113,8 +117,8 @@ class MilpChainModel:
             if len(idx) < 2:
                 continue
             first, last = idx[0], idx[-1]
-            pre = {i: prob.add_variable(f"pre_{i}_{pk[p]}", 0, 1) for i in range(first + 1, last + 1)}
-            suf = {i: prob.add_variable(f"suf_{i}_{pk[p]}", 0, 1) for i in range(first + 1, last + 1)}
+            pre = {i: prob.add_variable(f"{self.prefix}pre_{i}_{pk[p]}", 0, 1) for i in range(first + 1, last + 1)}
+            suf = {i: prob.add_variable(f"{self.prefix}suf_{i}_{pk[p]}", 0, 1) for i in range(first + 1, last + 1)}
             for i in range(first + 1, last + 1):
                 if p in on[i - 1]:
                     prob += pre[i] >= on[i - 1][p]
@@ -134,7 +138,7 @@ class MilpChainModel:
                 if p not in on[i]:
                     continue
                 if i and p in on[i - 1]:
-                    s = prob.add_variable(f"s_{i}_{p}", 0, 1)
+                    s = prob.add_variable(f"{self.prefix}s_{i}_{p}", 0, 1)
                     prob += s >= on[i][p] - on[i - 1][p]
                     starts.append(s)
                 else:
@@ -150,7 +154,7 @@ class MilpChainModel:
                 prob += cold >= on[i][p] - prev
                 prob += cold + prev <= 1
                 colds.append(cold)
-            prob += pulp.lpSum(colds) >= 2
+            prob += pulp.lpSum(colds) >= v.min_cold
         for p in v.not_all_on:
             if all(p in on[i] for i in range(n)):
                 prob += pulp.lpSum(on[i][p] for i in range(n)) <= n - 1

@@ -74,6 +74,7 @@ def _limit_systems() -> str:
 # they are read only when help is shown, so other commands and --version start fast.
 FILLS: dict[str, Callable[[], str]] = {
     "mapping solvers": lambda: ", ".join(_names("mapping")),
+    "multi solvers": lambda: ", ".join(_names("multi")),
     "rollout policies": lambda: ", ".join(_rollout_policies()),
     "gradcode exact solvers": lambda: " or ".join(_names("gradcode", exact=True)),
     "placement schemes": lambda: _schemes(training=False),

@@ -1,0 +1,180 @@
+"""A multi-network instance: several mapping instances on one SoC, run at the same time.
+
+Each network keeps its own pipeline (stages, PU sets) as in a single mapping plan; the networks
+share the platform's PUs in one of two ways (``sharing``):
+
+* ``partitioned``: every PU serves at most one network (HaX-CoNN's and Puzzle's partitions);
+* ``time_shared``: a PU may serve several networks; per second it must fit the work of all of
+  them (sum over networks of rate x the network's busy time per frame on that PU <= 1 s).
+
+Per network: a ``weight`` (> 0, for the weighted total throughput), an optional deadline
+``latency_ms`` (on the worst-case latency under sharing, evaluator.py) and an optional demanded
+rate ``min_fps`` (the plan must serve every network at its demanded rate at once).
+
+The reference rate of a network (``reference_fps``, what "normalised throughput" divides by) is
+its rate alone on the SoC on its best single PU (every unit there, one stage), as HaX-CoNN
+normalises by standalone runs; a file may give its own.
+
+Plain frozen data; the evaluator (evaluator.py) scores joint plans.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pipeplan.core.errors import InputError
+from pipeplan.formulations.mapping.problem import MappingProblem
+
+MULTI_SCHEMA = "pipeplan.multi-instance/1"
+SHARING = ("time_shared", "partitioned")
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    problem: MappingProblem
+    weight: float = 1.0
+    latency_ms: float | None = None
+    min_fps: float | None = None
+    reference_fps: float | None = None     # None: alone on its best single PU (evaluator.reference_fps)
+    instance: str = ""                     # how the file named the instance (kept for to_dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "instance": self.instance or self.problem.name,
+                               "weight": self.weight}
+        for key in ("latency_ms", "min_fps", "reference_fps"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True)
+class MultiProblem:
+    name: str
+    networks: tuple[Network, ...]
+    sharing: str = "time_shared"
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    kind = "multi"
+
+    def __post_init__(self):
+        where = self.source or self.name
+        if self.sharing not in SHARING:
+            raise InputError(where, "sharing", f"must be one of {', '.join(SHARING)}, got {self.sharing!r}")
+        if not self.networks:
+            raise InputError(where, "networks", "expected at least one network")
+        seen: set[str] = set()
+        for i, n in enumerate(self.networks):
+            fld = f"networks[{i}]"
+            if not n.name or n.name in seen:
+                raise InputError(where, f"{fld}.name", f"missing or duplicate network name {n.name!r}")
+            seen.add(n.name)
+            _positive(where, f"{fld}.weight", n.weight)
+            for key in ("latency_ms", "min_fps", "reference_fps"):
+                if getattr(n, key) is not None:
+                    _positive(where, f"{fld}.{key}", getattr(n, key))
+            prof = n.problem.profile
+            for u, unit in enumerate(n.problem.units):
+                if not any(prof.can_run(u, p) for p in prof.pus):
+                    raise InputError(where, f"{fld}.instance", f"no PU can run unit {unit.name} of {n.problem.name}")
+        self._check_demands(where)
+        # one SoC: a PU name means the same processor in every network's profile
+        kinds: dict[str, tuple[str, str]] = {}
+        for i, n in enumerate(self.networks):
+            for p, pu in n.problem.profile.pus.items():
+                if p in kinds and kinds[p][0] != pu.kind:
+                    raise InputError(where, f"networks[{i}].instance",
+                                     f"PU {p!r} is a {pu.kind} here but a {kinds[p][0]} in {kinds[p][1]}: "
+                                     "the networks must be profiled on one platform")
+                kinds.setdefault(p, (pu.kind, n.name))
+
+    def _check_demands(self, where: str) -> None:
+        """Deadlines and demanded rates no plan can meet, found before any solving: a network's
+        period and latency are at least its analytic bounds (formulations/mapping/bounds.py),
+        and the demanded rates need at least sum_i min_fps_i x W_i ms of PU time per second,
+        W_i a frame's work with every unit on its fastest PU, which the PUs must hold."""
+        from pipeplan.formulations.mapping.bounds import best_analytic
+
+        need = 0.0
+        pus = {p for n in self.networks for p in n.problem.profile.pus}
+        for i, n in enumerate(self.networks):
+            if n.min_fps is None and n.latency_ms is None:
+                continue
+            low = best_analytic(n.problem)
+            period, latency = low["period_ms"].value, low["latency_ms"].value
+            if n.min_fps is not None and n.min_fps * period > 1000.0 * (1 + 1e-9):
+                raise InputError(where, f"networks[{i}].min_fps",
+                                 f"{n.name} demands {n.min_fps:g} fps, but its period is at least {period:.3f} ms "
+                                 f"({low['period_ms'].source}): at most {1000.0 / period:.3f} fps")
+            if n.latency_ms is not None and latency > n.latency_ms * (1 + 1e-9):
+                raise InputError(where, f"networks[{i}].latency_ms",
+                                 f"{n.name}'s deadline {n.latency_ms:g} ms is below its least latency "
+                                 f"{latency:.3f} ms ({low['latency_ms'].source})")
+            if n.min_fps is not None:
+                prof = n.problem.profile
+                share = min([1.0] + list(prof.whole_graph.values()))
+                need += n.min_fps * share * sum(
+                    min(t for p, pu in prof.pus.items() if (t := prof.time(u, p, pu.max_level)) is not None)
+                    for u in range(len(n.problem.units)))
+        if need > 1000.0 * len(pus) * (1 + 1e-9):
+            raise InputError(where, "networks", f"the demanded rates need at least {need:.0f} ms of PU time per "
+                             f"second, and the {len(pus)} PUs have {1000 * len(pus)}")
+
+    @property
+    def pu_names(self) -> tuple[str, ...]:
+        """Every PU any network can use, in first-seen profile order."""
+        return tuple(dict.fromkeys(p for n in self.networks for p in n.problem.profile.pus))
+
+    def network(self, name: str) -> Network:
+        for n in self.networks:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": MULTI_SCHEMA, "name": self.name, "sharing": self.sharing,
+                "networks": [n.to_dict() for n in self.networks]}
+
+
+def _positive(where: str, fld: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(where, fld, f"must be a finite number > 0, got {value!r}")
+
+
+def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], MappingProblem]) -> MultiProblem:
+    """A MultiProblem from its JSON form. ``load(instance, field)`` turns a network's
+    ``instance`` (a catalogue name or a file next to the instance file) into its MappingProblem;
+    the instances layer supplies it (it owns the catalogue and the path rules)."""
+    if not isinstance(doc, dict):
+        raise InputError(source, "", "expected a JSON object")
+    if doc.get("schema") != MULTI_SCHEMA:
+        raise InputError(source, "schema", f"unsupported schema {doc.get('schema')!r} (expected {MULTI_SCHEMA!r})")
+    raw = doc.get("networks")
+    if not isinstance(raw, list) or not raw:
+        raise InputError(source, "networks", "expected a non-empty list of networks")
+    known = {"name", "instance", "weight", "latency_ms", "min_fps", "reference_fps"}
+    networks = []
+    for i, d in enumerate(raw):
+        fld = f"networks[{i}]"
+        if not isinstance(d, dict):
+            raise InputError(source, fld, "expected an object")
+        extra = sorted(set(d) - known)
+        if extra:
+            raise InputError(source, f"{fld}.{extra[0]}", f"unknown field (fields: {', '.join(sorted(known))})")
+        inst = d.get("instance")
+        if not isinstance(inst, str) or not inst:
+            raise InputError(source, f"{fld}.instance", "expected an instance name or file")
+        name = d.get("name", inst.rsplit("/", 1)[-1].removesuffix(".json"))
+        if not isinstance(name, str):
+            raise InputError(source, f"{fld}.name", "expected a string")
+        problem = load(inst, f"{fld}.instance")
+        networks.append(Network(name=name, problem=problem, weight=d.get("weight", 1.0),
+                                latency_ms=d.get("latency_ms"), min_fps=d.get("min_fps"),
+                                reference_fps=d.get("reference_fps"), instance=inst))
+    sharing = doc.get("sharing", "time_shared")
+    name = doc.get("name", "")
+    if not isinstance(name, str) or not name:
+        raise InputError(source, "name", "expected a non-empty string")
+    return MultiProblem(name=name, networks=tuple(networks), sharing=sharing, source=source)

@@ -1,0 +1,154 @@
+"""The exact joint solvers' driver, shared by the CP-SAT and MILP models (cpsat.py, milp.py).
+
+Both objectives the exact models hold are linear in the plan's times once written as a
+minimum of Z (evaluator.py):
+
+* ``fairness``: Z = 1 / t = max(max_i P_i ref_i, max_p sum_i b_ip ref_i) / 1000, with t the
+  least normalised throughput and ref_i the reference rate (fps);
+* ``rate``: Z = max(max_i P_i, max_p sum_i b_ip) ms, the sustained rate being 1000 / Z.
+
+The weighted total (sum_i w_i r_i with r_i <= 1000 / P_i) and the power at demanded rates are
+not linear in the periods; the exact solvers refuse them (NSGA-II and the baselines score them).
+
+The plan space splits into combinations of joint variants (variants.py); the driver solves
+each one's model, cheapest first, each with the incumbent as a cutoff (only a better plan is
+sought), and reports the best plan, re-scored by the joint evaluator, and the least of the
+combinations' lower bounds on Z (a combination proven infeasible under the cutoff contributes
+the cutoff). The result is proven optimal when every combination was closed and the bound
+meets the plan to ``PROOF_TOL``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.result import Quality, SolveResult, Termination
+from pipeplan.formulations.mapping.evaluator import InfeasiblePlan
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, reference_fps
+from pipeplan.formulations.mapping.multi.plan import JointPlan
+from pipeplan.formulations.mapping.multi.problem import MultiProblem
+from pipeplan.solvers.mapping.multi.common import analytic_bound, check_objective, scored_joint_result
+from pipeplan.solvers.mapping.multi.variants import JointVariant, combinations
+
+LINEAR = ("fairness", "rate")
+PROOF_TOL = 1e-5    # relative: the integer model's rounding (cpsat.py) and HiGHS's gap stay below it
+
+
+@dataclass
+class ComboOutcome:
+    status: str                 # optimal | feasible | infeasible | unknown
+    plan: JointPlan | None
+    lower: float | None         # a lower bound on Z over the combination's plans (under the cutoff)
+    work: float = 0.0
+    stopped_by: str | None = None
+
+
+def z_weights(problem: MultiProblem, objective: str) -> dict[str, float]:
+    """network -> the factor of its period and busy times in Z (ref_i / 1000, or 1)."""
+    if objective == "fairness":
+        return {n.name: reference_fps(n) / 1000.0 for n in problem.networks}
+    return {n.name: 1.0 for n in problem.networks}
+
+
+def true_z(problem: MultiProblem, plan: JointPlan, objective: str) -> float | None:
+    """Z of ``plan`` by the joint evaluator; None when the plan breaks a rule (a model's
+    rounding can leave a deadline or demand a hair off)."""
+    try:
+        ev = evaluate_joint(problem, plan)
+    except InfeasiblePlan:
+        return None
+    return 1.0 / ev.min_norm_throughput if objective == "fairness" else 1000.0 / ev.sustained_fps
+
+
+def check_exact(problem: MultiProblem, objective: str) -> None:
+    check_objective(problem, objective)
+    if objective not in LINEAR:
+        raise ValueError(f"the exact joint models hold {' and '.join(LINEAR)} (linear in the plan's times); "
+                         f"{objective} is not: use nsga2 or the baselines")
+    for n in problem.networks:
+        if not n.problem.is_chain:
+            raise ValueError(f"network {n.name} is not a chain: the exact joint models need chains (use nsga2)")
+
+
+Build = Callable[[tuple[JointVariant, ...], Deadline], object]
+
+
+def solve_exact(problem: MultiProblem, solver: str, build: Build, *, objective: str, time_limit: float | None,
+                threads: int, seed: int, limit: dict, params: dict) -> SolveResult:
+    """Solve every combination with models from ``build(combo, deadline)``; each model's
+    ``solve(cutoff=, time_limit=, threads=, seed=, **limit)`` returns a ComboOutcome.
+
+    Limits: a work or node limit (``limit``, the deterministic way) is shared evenly by the
+    combinations in one pass; a wall-clock limit alone gives each combination an even slice of
+    what is left, then a second pass gives the unclosed ones the rest. A combination never
+    reached or without a bound of its own contributes the analytic bound (common.py)."""
+    check_exact(problem, objective)
+    deadline = Deadline(time_limit)
+    combos = combinations(problem)
+    analytic = analytic_bound(problem, objective)
+    floor_z = 1.0 / analytic if objective == "fairness" else 1000.0 / analytic
+    best: tuple[float, JointPlan] | None = None
+    lower = {k: floor_z for k in range(len(combos))}
+    open_ = list(range(len(combos)))
+    models: dict[int, object] = {}
+    why, work = None, 0.0
+    shared = {k: (v / len(combos) if v is not None else None) for k, v in limit.items()}
+    passes = 1 if any(v is not None for v in limit.values()) or time_limit is None else 2
+    for rnd in range(passes):
+        todo, open_ = open_, []
+        for pos, k in enumerate(todo):
+            left = deadline.remaining()
+            if deadline.expired():
+                open_.append(k)
+                why = "time"
+                continue
+            slice_s = left / (len(todo) - pos) if (left is not None and rnd + 1 < passes) else left
+            try:
+                if k not in models:
+                    models[k] = build(combos[k], deadline)
+            except OutOfTime:
+                open_.append(k)
+                why = "time"
+                continue
+            out = models[k].solve(cutoff=best[0] if best else None, time_limit=slice_s, threads=threads,
+                                  seed=seed, **shared)
+            work += out.work
+            if out.plan is not None:
+                z = true_z(problem, out.plan, objective)
+                if z is not None and (best is None or z < best[0]):
+                    best = (z, out.plan)
+            if out.status == "infeasible":
+                lower[k] = best[0] if best else math.inf
+            elif out.status == "optimal":
+                lower[k] = max(floor_z, out.lower if out.lower is not None else floor_z)
+            else:
+                lower[k] = max(lower[k], out.lower if out.lower is not None else floor_z)
+                open_.append(k)
+                why = out.stopped_by or "time"
+    closed = len(combos) - len(open_)
+    z_lower = min(lower.values())
+    info = {**params, "combinations": len(combos), "closed": closed, "work": round(work, 3)}
+    if best is None:
+        term = Termination.INFEASIBLE if not open_ else Termination.TIME_LIMIT
+        msg = ("no joint plan meets the deadlines and demanded rates" if term is Termination.INFEASIBLE
+               else f"no plan found within the limits ({closed}/{len(combos)} variant combinations closed)")
+        return SolveResult("multi", problem.name, solver, term, Quality.NONE, params={"objective": objective, **info},
+                           message=msg, stopped_by=None if term is Termination.INFEASIBLE else why)
+    z, plan = best
+    proven = not open_ and z_lower >= z * (1 - PROOF_TOL)
+    msg = f"{closed}/{len(combos)} variant combinations closed; Z = {z:.6g}, lower bound {z_lower:.6g}"
+    return scored_joint_result(problem, solver, plan, objective=objective,
+                               termination=Termination.OPTIMAL if proven else Termination.TIME_LIMIT,
+                               quality=Quality.PROVEN_OPTIMAL if proven else Quality.FEASIBLE,
+                               bound=_objective_bound(objective, min(z_lower, z)),
+                               bound_source=f"{solver} joint model", params=info, message=msg,
+                               stopped_by=None if proven else why)
+
+
+def _objective_bound(objective: str, z_lower: float) -> float:
+    """The objective's upper bound from a lower bound on Z (both objectives are 1/Z-like)."""
+    if z_lower <= 0:
+        return math.inf
+    return 1.0 / z_lower if objective == "fairness" else 1000.0 / z_lower

@@ -1,0 +1,66 @@
+"""The exact joint models (CP-SAT, MILP) against brute force on tiny multi-network instances,
+and their certificates on the measured pairs."""
+from __future__ import annotations
+
+import pytest
+
+import pipeplan
+from pipeplan.core.vocabulary import MULTI_OBJECTIVES
+from pipeplan.formulations.mapping.multi.brute_force import joint_optimum
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint
+from pipeplan.formulations.mapping.multi.plan import joint_plan_from_dict
+from pipeplan.instances.multi import load_multi, tiny_multi
+
+TINY = {p.name: p for p in tiny_multi() if p.name != "tiny-multi/triple"}     # triple: slow brute force
+OPTIMA = {}
+
+
+def optimum(name: str, objective: str) -> float:
+    if (name, objective) not in OPTIMA:
+        OPTIMA[(name, objective)] = joint_optimum(TINY[name], objective)[0]
+    return OPTIMA[(name, objective)]
+
+
+@pytest.mark.solvers("multi", exact=True)
+@pytest.mark.parametrize("name", sorted(TINY))
+@pytest.mark.parametrize("objective", ["fairness", "rate"])
+def test_exact_joint_models_prove_the_brute_force_optimum(solver, name, objective):
+    r = pipeplan.solve(TINY[name], solver, objective=objective, time_limit=60)
+    key = MULTI_OBJECTIVES[objective].key
+    assert r.quality.value == "proven_optimal", r.message
+    assert r.objectives[key] == pytest.approx(optimum(name, objective), rel=1e-6)
+    assert r.bound[key] == pytest.approx(r.objectives[key], rel=1e-5) and r.bound[key] >= r.objectives[key]
+    ev = evaluate_joint(TINY[name], joint_plan_from_dict(r.plan))       # re-scored: the reported figures hold
+    assert ev.objectives()[key] == pytest.approx(r.objectives[key])
+
+
+@pytest.mark.solvers("multi", exact=False)
+@pytest.mark.parametrize("name", ["tiny-multi/pair", "tiny-multi/reentry"])
+def test_heuristics_never_beat_the_proven_optimum(solver, name):
+    r = pipeplan.solve(TINY[name], solver, objective="fairness", time_limit=30, seed=1)
+    if r.plan is not None:
+        assert r.objectives["min_norm_throughput"] <= optimum(name, "fairness") * (1 + 1e-9)
+
+
+@pytest.mark.solvers("multi", exact=True)
+@pytest.mark.parametrize("objective", ["total", "energy"])
+def test_nonlinear_objectives_are_refused_by_the_exact_models(solver, objective):
+    r = pipeplan.solve(TINY["tiny-multi/pair"], solver, objective=objective, time_limit=10)
+    assert r.termination.value == "error" and ("not" in r.message or "min_fps" in r.message)
+
+
+def test_cpsat_proves_the_measured_yolo_mobile_pair():
+    """The largest measured pair (75 + 14 blocks, 4 PUs, the NPU's re-entry rule shared):
+    16 variant combinations, each closed; 2 threads."""
+    r = pipeplan.solve(load_multi("multi/yolo+mobile"), "cpsat", objective="fairness", threads=2, time_limit=120)
+    assert r.quality.value == "proven_optimal", r.message
+    assert r.params["closed"] == r.params["combinations"] == 16
+    alone = pipeplan.solve(load_multi("multi/yolo+mobile"), "alone-best-pu", objective="fairness")
+    assert r.objectives["min_norm_throughput"] >= alone.objectives["min_norm_throughput"]
+
+
+def test_a_time_limit_reports_a_bound_and_a_gap():
+    r = pipeplan.solve(load_multi("multi/yolo+mobile"), "milp", objective="fairness", time_limit=3)
+    assert r.termination.value == "time_limit" and r.plan is not None
+    key = "min_norm_throughput"
+    assert r.bound[key] >= r.objectives[key] and 0 < r.gap < 1

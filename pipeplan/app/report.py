@@ -221,7 +221,29 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
     return lines + [""]
 
 
-SECTIONS = {"mapping": mapping_section, "gradcode": gradcode_section, "rollout": rollout_section}
+def multi_section(records: list[dict], out: Path) -> list[str]:
+    """Per multi-network instance: each solver's value of its objective, status and gap."""
+    from pipeplan.core.vocabulary import MULTI_OBJECTIVES
+
+    lines = ["## Several DNNs on one SoC: exact vs heuristic joint plans", "",
+             "Per instance and objective, each solver's value (fairness: least normalised throughput; rate: "
+             "request rate every network sustains, fps), its status and gap to its bound. The full study, with "
+             "fronts and the baselines' ratios, is results/multi/ (`pipeplan multi study`).", ""]
+    table = []
+    for inst, rs in _by_instance(records).items():
+        for r in rs:
+            objective = (r.get("params") or {}).get("objective", "fairness")
+            key = MULTI_OBJECTIVES[objective].key if objective in MULTI_OBJECTIVES else ""
+            value = (r.get("objectives") or {}).get(key)
+            gap = r.get("gap")
+            table.append([inst, objective, r["solver"], _status(r), cell(value), "-" if gap is None else f"{gap:.2%}",
+                          f"{r['wall_time_s']:.1f}"])
+    lines += markdown_table(("instance", "objective", "solver", "status", "value", "gap", "s"), table)
+    return lines + [""]
+
+
+SECTIONS = {"mapping": mapping_section, "gradcode": gradcode_section, "rollout": rollout_section,
+            "multi": multi_section}
 
 
 def _planned_keys(suite: dict) -> list[str] | None:

@@ -37,6 +37,8 @@ SOLVER_MODULES: dict[str, tuple[str, ...]] = {
                  "pipeplan.solvers.gradcode.milp", "pipeplan.solvers.gradcode.heterogeneous",
                  "pipeplan.solvers.gradcode.general_assignment"),
     "rollout": ("pipeplan.solvers.rollout.online", "pipeplan.solvers.rollout.cpsat", "pipeplan.solvers.rollout.step_plan"),
+    "multi": ("pipeplan.solvers.mapping.multi.baselines", "pipeplan.solvers.mapping.multi.nsga2",
+              "pipeplan.solvers.mapping.multi.cpsat", "pipeplan.solvers.mapping.multi.milp"),
 }
 
 COMMON = ("time_limit", "seed", "threads", "warm_start")

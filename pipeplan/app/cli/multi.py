@@ -100,6 +100,26 @@ def evaluate_cmd(instance: str = INSTANCE,
     typer.echo(json.dumps(ev.to_dict(), indent=2))
 
 
+@multi_app.command("study")
+def study_cmd(out: Path = typer.Option(Path("results/multi"), "--out", help="folder of the study's tables and plots"),
+              time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per solver run"),
+              threads: int = typer.Option(2, "--threads", help="threads of the exact solvers"),
+              rays: int = typer.Option(11, "--rays", min=2, help="rays per front (one exact solve each)"),
+              seed: int = typer.Option(0, "--seed", help="seed of NSGA-II")):
+    """Write results/multi/: exact vs heuristic joint plans and the baselines per instance, the
+    goals' ratios, and fronts of one network's rate against the other's."""
+    from pipeplan.app.cli.common import command_text
+    from pipeplan.app.studies.multi import study
+    from pipeplan.core.api import check_limits
+    from pipeplan.core.io import staged_folder
+
+    check_limits(time_limit, threads)
+    with staged_folder(out) as stage, _progress("multi study") as progress:
+        md = study(stage, time_limit=time_limit, threads=threads, seed=seed, rays=rays,
+                   command=command_text("pipeplan multi study"), progress=progress)
+    typer.echo(md, nl=False)
+
+
 @multi_app.command("export")
 def export_cmd(instance: str = INSTANCE,
                plan: Path = typer.Option(..., "--plan", help="a joint plan or SolveResult JSON file"),

@@ -80,10 +80,11 @@ def solve_exact(problem: MultiProblem, solver: str, build: Build, *, objective: 
     """Solve every combination with models from ``build(combo, deadline)``; each model's
     ``solve(cutoff=, time_limit=, threads=, seed=, **limit)`` returns a ComboOutcome.
 
-    Limits: a work or node limit (``limit``, the deterministic way) is shared evenly by the
-    combinations in one pass; a wall-clock limit alone gives each combination an even slice of
-    what is left, then a second pass gives the unclosed ones the rest. A combination never
-    reached or without a bound of its own contributes the analytic bound (common.py)."""
+    Limits: the wall clock (``time_limit``) and a CP-SAT work limit (``limit["work_limit"]``,
+    deterministic seconds, the same plan on any machine) are shared the same way: each
+    combination gets an even slice of what is left, then a second pass gives the unclosed ones
+    all that remains. A MILP node limit bounds each solve. A combination never reached or
+    without a bound of its own contributes the analytic bound (common.py)."""
     check_exact(problem, objective)
     deadline = Deadline(time_limit)
     combos = combinations(problem)
@@ -94,17 +95,23 @@ def solve_exact(problem: MultiProblem, solver: str, build: Build, *, objective: 
     open_ = list(range(len(combos)))
     models: dict[int, object] = {}
     why, work = None, 0.0
-    shared = {k: (v / len(combos) if v is not None else None) for k, v in limit.items()}
-    passes = 1 if any(v is not None for v in limit.values()) or time_limit is None else 2
+    budget = limit.get("work_limit")
+    passes = 1 if time_limit is None and budget is None else 2
     for rnd in range(passes):
         todo, open_ = open_, []
         for pos, k in enumerate(todo):
-            left = deadline.remaining()
-            if deadline.expired():
+            if deadline.expired() or (budget is not None and work >= budget):
                 open_.append(k)
-                why = "time"
+                why = why or ("time" if deadline.expired() else "work")
                 continue
-            slice_s = left / (len(todo) - pos) if (left is not None and rnd + 1 < passes) else left
+            share = (len(todo) - pos) if rnd + 1 < passes else 1
+            left = deadline.remaining()
+            # with a work budget the wall clock is only the safety net: slicing it too would make
+            # the plan depend on the machine's speed
+            slice_s = None if left is None else (left if budget is not None else left / share)
+            step = dict(limit)
+            if budget is not None:
+                step["work_limit"] = (budget - work) / share
             try:
                 if k not in models:
                     models[k] = build(combos[k], deadline)
@@ -113,7 +120,7 @@ def solve_exact(problem: MultiProblem, solver: str, build: Build, *, objective: 
                 why = "time"
                 continue
             out = models[k].solve(cutoff=best[0] if best else None, time_limit=slice_s, threads=threads,
-                                  seed=seed, **shared)
+                                  seed=seed, **step)
             work += out.work
             if out.plan is not None:
                 z = true_z(problem, out.plan, objective)

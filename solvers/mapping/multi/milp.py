@@ -105,6 +105,9 @@ class JointMilp:
         from pipeplan.solvers.pulp_backend import GAP_REL, make_solver, pick_backend, stopped_by
 
         prob = self.prob
+        table = getattr(prob, "_constraints", None)    # pulp >= 3.3 warns on the mapping view
+        table = prob.constraints if table is None else table
+        table.pop("cutoff", None)                      # a second pass's cutoff replaces the first's
         if cutoff is not None:
             prob += self.z <= cutoff * (1 - 1e-7), "cutoff"
         backend = pick_backend("highs")

@@ -19,7 +19,7 @@ from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.instances.multi import load_multi
 
 ROOT = Path(__file__).resolve().parents[2]
-INSTANCE = "multi/host-alex+zf"
+INSTANCE = "multi/host-squeeze+shuffle"      # two small networks: the exports stay light
 FRAMES = 4
 
 
@@ -46,10 +46,12 @@ def split(net, first: str, second: str):
 
 
 def joint_plans(problem) -> dict[str, JointPlan]:
-    """"part": alex alone on C0, zf alone on C1; "split": both across C0 and C1 (time-shared)."""
-    alex, zf = problem.networks
-    return {"part": JointPlan({"alex": single_pu_plans(alex)["C0"], "zf": single_pu_plans(zf)["C1"]}, problem.name),
-            "split": JointPlan({"alex": split(alex, "C0", "C1"), "zf": split(zf, "C1", "C0")}, problem.name)}
+    """"part": squeeze alone on C0, shuffle alone on C1; "split": both across C0 and C1 (time-shared)."""
+    squeeze, shuffle = problem.networks
+    return {"part": JointPlan({"squeeze": single_pu_plans(squeeze)["C0"], "shuffle": single_pu_plans(shuffle)["C1"]},
+                              problem.name),
+            "split": JointPlan({"squeeze": split(squeeze, "C0", "C1"), "shuffle": split(shuffle, "C1", "C0")},
+                               problem.name)}
 
 
 def save(path: Path, plan: JointPlan) -> Path:
@@ -60,7 +62,7 @@ def save(path: Path, plan: JointPlan) -> Path:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """plan kind -> (plan file, export folder, its joint.json, the stdout of the export), one
-    export per kind for the whole module (each writes two full networks, ~0.5 GB)."""
+    export per kind for the whole module."""
     root = tmp_path_factory.mktemp("joint")
     problem = load_multi(INSTANCE)
     out = {}
@@ -78,12 +80,12 @@ def test_export_writes_one_folder_per_network_and_joint_json(exported):
     for kind, plan in joint_plans(problem).items():
         plan_file, folder, doc, stdout = exported[kind]
         ev = evaluate_joint(problem, plan)
-        assert sorted(p.name for p in folder.iterdir()) == ["alex", "joint.json", "zf"]
+        assert sorted(p.name for p in folder.iterdir()) == ["joint.json", "shuffle", "squeeze"]
         assert doc["schema"] == "pipeplan.multi-export/1" and doc["instance"] == INSTANCE
         assert doc["sharing"] == "time_shared" and doc["plan"]["source"] == str(plan_file)
         assert doc["predicted"]["sustained_fps"] == pytest.approx(ev.sustained_fps)
-        assert list(doc["networks"]) == ["alex", "zf"]
-        for name, model in (("alex", "bvlc_alexnet"), ("zf", "zfnet512")):
+        assert list(doc["networks"]) == ["squeeze", "shuffle"]
+        for name, model in (("squeeze", "squeezenet"), ("shuffle", "shufflenet")):
             net = doc["networks"][name]
             assert net["folder"] == name and net["model"] == model and net["instance"] == f"host/{model}"
             alone, joint = net["predicted"]["alone"], net["predicted"]["joint"]
@@ -110,7 +112,7 @@ def test_run_both_pipelines_at_once_json(exported):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["outputs_match"] and report["instance"] == INSTANCE and report["frames"] == FRAMES
-    assert set(report["networks"]) == {"alex", "zf"}
+    assert set(report["networks"]) == {"squeeze", "shuffle"}
     for name, net in report["networks"].items():
         assert net["outputs_match"], name
         assert net["run"]["frames"] == FRAMES and net["measured"]["throughput_fps"] > 0
@@ -129,7 +131,7 @@ def test_run_both_pipelines_at_once_lines(exported):
     proc = cli("run", folder, "--frames", FRAMES)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["alex", "zf"]
+    assert [line.split(":")[0] for line in lines] == ["squeeze", "shuffle"]
     assert all("fps measured together" in line and line.endswith("outputs match the unsplit model: yes")
                for line in lines)
 
@@ -154,10 +156,10 @@ def test_network_without_onnx_model_refused(tmp_path):
 
 def test_infeasible_joint_plan_refused(tmp_path):
     problem = load_multi(INSTANCE)
-    plan = JointPlan({"alex": joint_plans(problem)["part"].plans["alex"]}, problem.name)   # zf has no plan
+    plan = JointPlan({"squeeze": joint_plans(problem)["part"].plans["squeeze"]}, problem.name)   # no shuffle plan
     plan_file = save(tmp_path / "plan.json", plan)
     proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", tmp_path / "out")
-    assert_one_line_error(proc, str(plan_file), "plans", "no plan for network zf")
+    assert_one_line_error(proc, str(plan_file), "plans", "no plan for network shuffle")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
 
 
@@ -173,7 +175,7 @@ def test_out_folder_not_written_by_export_refused_and_left_intact(tmp_path, expo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "plan.json"]
     # an earlier joint export with a file of someone else's inside is not replaced either
     _, folder, _, _ = exported["part"]
-    foreign = folder / "zf" / "notes.txt"
+    foreign = folder / "shuffle" / "notes.txt"
     foreign.write_text("keep me")
     try:
         proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", folder)
@@ -188,7 +190,7 @@ def joint_doc(folder: str) -> dict:
                  "joint": {"worst_latency_ms": 20.0, "fair_fps": 50.0, "total_fps": 50.0, "sustained_fps": 50.0,
                            "busy_ms": {"C0": 10.0}}}
     return {"schema": "pipeplan.multi-export/1", "instance": INSTANCE, "sharing": "time_shared",
-            "networks": {"alex": {"folder": folder, "predicted": predicted}}}
+            "networks": {"squeeze": {"folder": folder, "predicted": predicted}}}
 
 
 @pytest.mark.parametrize("how", ["dotdot", "absolute", "link"])
@@ -198,8 +200,8 @@ def test_joint_json_pointing_outside_its_folder_refused(tmp_path, how):
     folder = tmp_path / "export"
     folder.mkdir()
     if how == "link":
-        (folder / "alex").symlink_to(elsewhere, target_is_directory=True)
-    name = {"dotdot": "../elsewhere", "absolute": str(elsewhere), "link": "alex"}[how]
+        (folder / "squeeze").symlink_to(elsewhere, target_is_directory=True)
+    name = {"dotdot": "../elsewhere", "absolute": str(elsewhere), "link": "squeeze"}[how]
     (folder / "joint.json").write_text(json.dumps(joint_doc(name)))
     proc = cli("run", folder, "--frames", FRAMES)
-    assert_one_line_error(proc, str(folder / "joint.json"), "networks.alex.folder", "not a file inside")
+    assert_one_line_error(proc, str(folder / "joint.json"), "networks.squeeze.folder", "not a file inside")

@@ -47,6 +47,26 @@ def summary(result) -> str:
     return ", ".join(parts)
 
 
+def plan_lines(problem, result) -> list[str]:
+    """Per network: its plan as PU letters per unit, ``|`` between stages, and its rate at the
+    fairness objective's rates."""
+    from pipeplan.formulations.mapping.multi.plan import joint_plan_from_dict
+
+    joint = joint_plan_from_dict(result.plan)
+    out = []
+    for net in problem.networks:
+        plan = joint.plans[net.name]
+        place = plan.placement()
+        letters = []
+        for i, u in enumerate(net.problem.units):
+            if i and place[u.name][0] != place[net.problem.units[i - 1].name][0]:
+                letters.append("|")
+            letters.append(place[u.name][1])
+        fps = result.objectives.get(f"{net.name}.fps_fair")
+        out.append(f"  {net.name}: {''.join(letters)}" + (f"  ({fps:.2f} fps at the fair rates)" if fps else ""))
+    return out
+
+
 @multi_app.command("solve")
 def solve_cmd(instance: str = INSTANCE,
               solver: str = typer.Option("cpsat", "--solver", help=f"solver: {listed('multi solvers')}"),
@@ -60,12 +80,18 @@ def solve_cmd(instance: str = INSTANCE,
     from pipeplan.core.io import check_output, write_atomic
     from pipeplan.core.registry import get_solver
     from pipeplan.instances.multi import load_multi
+    from pipeplan.solvers.mapping.multi.common import check_objective
+    from pipeplan.solvers.mapping.multi.exact import check_exact
 
     _objective(objective)
-    get_solver("multi", solver)
+    info = get_solver("multi", solver)
     if out:
         check_output(out)
     problem = load_multi(instance)
+    try:          # what the solver would refuse, refused before any work
+        (check_exact if info.exact else check_objective)(problem, objective)
+    except ValueError as exc:
+        raise InputError("--objective", objective, str(exc)) from None
     with _progress(f"{solver} {problem.name}"):
         result = pipeplan.solve(problem, solver, time_limit=time_limit, seed=seed, threads=threads,
                                 objective=objective)
@@ -74,6 +100,9 @@ def solve_cmd(instance: str = INSTANCE,
     if out:
         write_atomic(out, result.to_json())
     typer.echo(summary(result) + (f" -> {out}" if out else ""))
+    if result.plan is not None:
+        for line in plan_lines(problem, result):
+            typer.echo(line)
     if result.termination.value == "error":
         typer.echo(result.message, err=True)
         raise typer.Exit(1)

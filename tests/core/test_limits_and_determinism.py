@@ -15,11 +15,13 @@ from pipeplan.formulations.gradcode.problem import problem_from_dict
 # a run stopped by a wall-clock limit depends on the machine's speed) ...
 HETERO_N6 = problem_from_dict({"name": "hetero-n6-s1", "n": 6, "s": 1, "speeds": [2, 1, 0.5, 1, 2, 0.5],
                                "straggle_prob": [0.05, 0.15, 0.4, 0.15, 0.05, 0.4], "capacity": [3, 2, 2, 2, 3, 2]})
-SMALL = {"mapping": "khadas-vim3/SqueezeV1", "gradcode": HETERO_N6, "rollout": "rollout/tiny-2"}
+SMALL = {"mapping": "khadas-vim3/SqueezeV1", "gradcode": HETERO_N6, "rollout": "rollout/tiny-2",
+         "multi": "multi/alex+mobile"}
 # ... and instances far too large to finish in a few seconds.
 LARGE = {"mapping": "a311d/inception_v2",        # 95 fused units (509 operators), 4 PUs
          "gradcode": "gradcode/hetero-n12-s2",   # 12 heterogeneous workers, 64 scenarios
-         "rollout": "rollout/olyphys-R96"}       # 768 requests
+         "rollout": "rollout/olyphys-R96",       # 768 requests
+         "multi": "multi/yolo+mobile"}           # 75 + 14 blocks, 16 variant combinations
 
 
 def load(system, name):

@@ -162,9 +162,16 @@ def restrict_pus(problem: MappingProblem, pus: tuple[str, ...]) -> MappingProble
     def keep(table: dict) -> dict:
         return {p: v for p, v in table.items() if p in pus}
 
+    def keep_pairs(table: dict) -> dict:      # "SRC->DST" keys: the solvers index both PUs
+        return {k: v for k, v in table.items() if all(p in pus for p in k.split("->"))}
+
+    tr = prof.transfers
+    transfers = replace(tr, measured={u: keep_pairs(m) for u, m in tr.measured.items()}, pairs=keep_pairs(tr.pairs),
+                        switch=keep_pairs(tr.switch), level_scaling=keep_pairs(tr.level_scaling))
     sub = replace(prof, pus=keep(prof.pus), time_ms=keep(prof.time_ms), power_mw=keep(prof.power_mw),
                   input_stage=keep(prof.input_stage), output_stage=keep(prof.output_stage),
-                  host_pu=prof.host_pu if prof.host_pu in pus else None)
+                  host_pu=prof.host_pu if prof.host_pu in pus else None, transfers=transfers,
+                  reentry=keep(prof.reentry), whole_graph=keep(prof.whole_graph))
     return replace(problem, profile=sub, name=f"{problem.name}[{','.join(pus)}]")
 
 

@@ -73,6 +73,7 @@ class Evaluation:
     finish_ms: dict[str, float] = field(default_factory=dict)
     mode: str = "pipelined"
     phases_ms: float = 0.0    # summed time of every phase (input, units, transfers, output)
+    copy_ms: dict[str, float] = field(default_factory=dict)   # receiving PU -> ms of transfers into it per frame
 
     def objectives(self) -> dict[str, float]:
         return {"period_ms": self.period_ms, "latency_ms": self.latency_ms, "energy_mj": self.energy_mj,
@@ -81,8 +82,8 @@ class Evaluation:
     def to_dict(self, detail: bool = False) -> dict:
         d = asdict(self)
         if not detail:
-            d.pop("start_ms")
-            d.pop("finish_ms")
+            for key in ("start_ms", "finish_ms", "phases_ms", "copy_ms"):
+                d.pop(key)
         return d
 
 
@@ -155,6 +156,7 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True,
     energy_uj = 0.0   # mW x ms
     phases_ms = 0.0   # summed time of every phase (input, units, transfers, output)
     handoffs: set[tuple[str, str]] = set()  # (unit, destination PU): a tensor is sent once per PU
+    copy: dict[str, float] = {}
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
     stage_times: list[float] = []
@@ -179,6 +181,7 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True,
                     xfer = prof.transfers.time_ms(e.src, src_pu, pu, edge_bytes[(e.src, e.dst)], level[u])
                     if xfer and (e.src, pu) not in handoffs:
                         handoffs.add((e.src, pu))
+                        copy[pu] = copy.get(pu, 0.0) + xfer
                         energy_uj += xfer * prof.transfers.power_mw * prof.transfers.scaling(src_pu, pu, level[u])[1]
                         phases_ms += xfer
                     if src_stage < s:
@@ -228,4 +231,5 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True,
                       energy_ss_mj=steady_uj / 1000.0,
                       throughput_fps=1000.0 / period if period > 0 else float("inf"),
                       stage_times_ms=stage_times, pu_busy_ms={p: b for p, b in busy.items() if b > 0},
-                      start_ms=start, finish_ms=finish, mode=plan.mode, phases_ms=phases_ms)
+                      start_ms=start, finish_ms=finish, mode=plan.mode, phases_ms=phases_ms,
+                      copy_ms=copy)

@@ -92,6 +92,7 @@ class CpChainModel:
         self.on = on
         cost_t, cost_e = [], []
         cost_on: dict[str, list] = {}      # PU -> its units' times and the transfers into them
+        self.inflow: dict[str, list] = {}  # PU -> the transfers into it (model units x literals)
         for i in paced(range(n), deadline):
             terms_t = [t * lit for t, lit in zip(t_m[i], self.a[i])]
             terms_e = [e * lit for e, lit in zip(e_m[i], self.a[i])]
@@ -113,6 +114,7 @@ class CpChainModel:
                 cost_on.setdefault(o.pu, []).append(t_m[i][k] * self.a[i][k])
             for (q, k), (xt, _) in x_m[i].items():
                 cost_on.setdefault(v.options[i][k].pu, []).append(xt * y[(q, k)])
+                self.inflow.setdefault(v.options[i][k].pu, []).append(xt * y[(q, k)])
             cost_e.append(sum(terms_e))
         worst = [max(t_m[i]) + max((xt for (_, _), (xt, _) in x_m[i].items()), default=0) for i in range(n)]
         self.horizon = H = sum(worst) + 1

@@ -61,6 +61,7 @@ class MilpChainModel:
         pk = {p: j for j, p in enumerate(dict.fromkeys(p for ps in v.pus for p in ps))}
         cost_t, cost_e = [], []
         cost_on: dict[str, list] = {}      # PU -> its units' times and the transfers into them
+        self.inflow: dict[str, list] = {}  # PU -> the transfers into it (ms x variables)
         for i in paced(range(n), deadline):
             terms_t = [o.time * lit for o, lit in zip(v.options[i], self.a[i])]
             terms_e = [o.energy * lit for o, lit in zip(v.options[i], self.a[i])]
@@ -82,6 +83,7 @@ class MilpChainModel:
                 cost_on.setdefault(o.pu, []).append(o.time * self.a[i][k])
             for (q, k), (t, _) in (v.arcs[i].items() if i else ()):
                 cost_on.setdefault(v.options[i][k].pu, []).append(t * y[(q, k)])
+                self.inflow.setdefault(v.options[i][k].pu, []).append(t * y[(q, k)])
             cost_e.append(pulp.lpSum(terms_e))
         H = sum(max(o.time for o in v.options[i]) + max((t for t, _ in v.arcs[i].values()), default=0.0)
                 for i in range(n))

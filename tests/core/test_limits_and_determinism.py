@@ -10,13 +10,14 @@ from pipeplan.app.bench import catalogue
 from pipeplan.core.registry import get_solver, solvers
 from pipeplan.core.vocabulary import SYSTEMS
 from pipeplan.formulations.gradcode.problem import problem_from_dict
+from pipeplan.instances.multi import tiny_multi
 
 # Instances every solver finishes well within its limit (so the plan does not depend on timing;
 # a run stopped by a wall-clock limit depends on the machine's speed) ...
 HETERO_N6 = problem_from_dict({"name": "hetero-n6-s1", "n": 6, "s": 1, "speeds": [2, 1, 0.5, 1, 2, 0.5],
                                "straggle_prob": [0.05, 0.15, 0.4, 0.15, 0.05, 0.4], "capacity": [3, 2, 2, 2, 3, 2]})
 SMALL = {"mapping": "khadas-vim3/SqueezeV1", "gradcode": HETERO_N6, "rollout": "rollout/tiny-2",
-         "multi": "multi/alex+mobile"}
+         "multi": next(p for p in tiny_multi() if p.name == "tiny-multi/reentry")}   # B an NPU: npu-only runs
 # ... and instances far too large to finish in a few seconds.
 LARGE = {"mapping": "a311d/inception_v2",        # 95 fused units (509 operators), 4 PUs
          "gradcode": "gradcode/hetero-n12-s2",   # 12 heterogeneous workers, 64 scenarios

@@ -9,7 +9,7 @@ import pytest
 
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
-from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, reference_fps, single_pu_plans
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, pu_time, reference_fps, single_pu_plans
 from pipeplan.formulations.mapping.multi.plan import JointPlan, joint_plan_from_dict
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
 from pipeplan.formulations.mapping.plan import plan_from_string
@@ -50,18 +50,31 @@ def test_time_shared_pu_fits_both_networks_and_waits_add_to_latency():
     pa, pb = plan(a, "AAB"), plan(b, "ACC")
     ev = evaluate_joint(mp, JointPlan({"a": pa, "b": pb}))
     ea, eb = evaluate(a, pa), evaluate(b, pb)
-    load_a = ea.pu_busy_ms["A"] + eb.pu_busy_ms["A"]
+    load_a = pu_time(ea)["A"] + pu_time(eb)["A"]
     assert ev.pu_load_ms["A"] == pytest.approx(load_a)
     assert ev.sustained_fps == pytest.approx(1000 / max(ea.period_ms, eb.period_ms, load_a,
-                                                        ea.pu_busy_ms["B"], eb.pu_busy_ms["C"]))
+                                                        pu_time(ea)["B"], pu_time(eb)["C"]))
     # a waits on A for b's frame there, b on A for a's; B and C are their own
-    assert ev.networks["a"].worst_latency_ms == pytest.approx(ea.latency_ms + eb.pu_busy_ms["A"])
-    assert ev.networks["b"].worst_latency_ms == pytest.approx(eb.latency_ms + ea.pu_busy_ms["A"])
+    assert ev.networks["a"].worst_latency_ms == pytest.approx(ea.latency_ms + pu_time(eb)["A"])
+    assert ev.networks["b"].worst_latency_ms == pytest.approx(eb.latency_ms + pu_time(ea)["A"])
     ref = {n.name: reference_fps(n) for n in mp.networks}
-    tau = max(ea.period_ms * ref["a"], eb.period_ms * ref["b"], ea.pu_busy_ms["A"] * ref["a"] + eb.pu_busy_ms["A"] * ref["b"],
-              ea.pu_busy_ms["B"] * ref["a"], eb.pu_busy_ms["C"] * ref["b"]) / 1000
+    tau = max(ea.period_ms * ref["a"], eb.period_ms * ref["b"], pu_time(ea)["A"] * ref["a"] + pu_time(eb)["A"] * ref["b"],
+              pu_time(ea)["B"] * ref["a"], pu_time(eb)["C"] * ref["b"]) / 1000
     assert ev.min_norm_throughput == pytest.approx(1 / tau)
     assert all(ev.fair_fps[n] == pytest.approx(ref[n] / tau) for n in ref)
+
+
+def test_transfers_load_the_receiving_pu():
+    """A transfer is in the receiving stage's time: its PU holds the stage while it waits, so
+    the capacity rule charges it there (else spreading a network would look free)."""
+    mp = TINY["tiny-multi/pair"]
+    a = mp.networks[0].problem
+    pa = plan(a, "ABB")
+    ea = evaluate(a, pa)
+    assert ea.copy_ms["B"] > 0 and "A" not in ea.copy_ms
+    ev = evaluate_joint(mp, JointPlan({"a": pa, "b": plan(mp.networks[1].problem, "CCC")}))
+    assert ev.networks["a"].busy_ms["B"] == pytest.approx(ea.pu_busy_ms["B"] + ea.copy_ms["B"])
+    assert ev.networks["a"].busy_ms["B"] <= ea.stage_times_ms[1] + 1e-9     # alone: within its stage
 
 
 def test_weighted_total_puts_a_shared_pu_where_it_earns_most():
@@ -72,7 +85,7 @@ def test_weighted_total_puts_a_shared_pu_where_it_earns_most():
     pa, pb = plan(a, "AAA"), plan(b, "AAA")
     ev = evaluate_joint(mp, JointPlan({"a": pa, "b": pb}))
     ea, eb = evaluate(a, pa), evaluate(b, pb)
-    ba, bb = ea.pu_busy_ms["A"], eb.pu_busy_ms["A"]
+    ba, bb = pu_time(ea)["A"], pu_time(eb)["A"]
     wa, wb = mp.networks[0].weight, mp.networks[1].weight
     first, second = sorted([("a", wa, ba, ea.period_ms), ("b", wb, bb, eb.period_ms)], key=lambda x: -x[1] / x[2])
     r1 = min(1000 / first[3], 1000 / first[2])
@@ -89,11 +102,11 @@ def test_a_shared_reentry_pu_makes_every_segment_start_cold():
     shared = evaluate_joint(mp, JointPlan({"a": pa, "b": pb}))
     k = a.profile.reentry["B"]
     # alone, one segment on B is warm; shared, its first unit is cold
-    assert shared.networks["a"].busy_ms["B"] == pytest.approx(evaluate(a, pa).pu_busy_ms["B"] * (1 + k))
-    assert shared.networks["b"].busy_ms["B"] == pytest.approx(
+    assert shared.details["a"].pu_busy_ms["B"] == pytest.approx(evaluate(a, pa).pu_busy_ms["B"] * (1 + k))
+    assert shared.details["b"].pu_busy_ms["B"] == pytest.approx(
         evaluate(b, pb).pu_busy_ms["B"] + k * b.profile.time(1, "B", "max"))
     apart = evaluate_joint(mp, JointPlan({"a": plan(a, "CAA"), "b": pb}))
-    assert apart.networks["b"].busy_ms["B"] == pytest.approx(evaluate(b, pb).pu_busy_ms["B"])
+    assert apart.details["b"].pu_busy_ms["B"] == pytest.approx(evaluate(b, pb).pu_busy_ms["B"])
 
 
 def test_partitioned_plans_give_each_pu_to_one_network():
@@ -112,7 +125,7 @@ def test_deadlines_and_demanded_rates_are_checked():
     pa, pb = plan(a, "AAA"), plan(b, "AAAA")     # both on A: a waits for a frame of b there
     ea, eb = evaluate(a, pa), evaluate(b, pb)
     deadline, demand = mp.networks[0].latency_ms, mp.networks[1].min_fps
-    assert ea.latency_ms <= deadline < ea.latency_ms + eb.pu_busy_ms["A"]    # the wait alone breaks it
+    assert ea.latency_ms <= deadline < ea.latency_ms + pu_time(eb)["A"]    # the wait alone breaks it
     with pytest.raises(InfeasiblePlan, match="a: worst-case latency .* exceeds its deadline"):
         evaluate_joint(mp, JointPlan({"a": pa, "b": pb}))
     pb = plan(b, "CCCC")

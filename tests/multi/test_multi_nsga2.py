@@ -48,14 +48,16 @@ def test_reaches_the_brute_force_optimum_of_a_tiny_pair(sharing, fields, objecti
     assert shared_pus or not any(p.shared_pus for p in joint_plan_from_dict(r.plan).plans.values())
 
 
-def test_shared_pus_beat_disjoint_ones_on_the_khadas_pair():
-    """YOLOv3 whole on the NPU, MobileNet over L, B and G: spread in many small stages with
-    shared PUs it balances the three better than in one stage per PU."""
+def test_disjoint_pu_sets_by_default_shared_ones_on_request():
+    """The default searches the exact models' space (each PU holds at most one stage of a
+    network); ``shared_pus`` opens the larger one, whose plans the evaluator scores as found.
+    Since a transfer loads its receiving PU, spreading a network over many small stages is
+    no longer free: on the Khadas pair the larger space finds no better plan than the default."""
     problem = load_multi("multi/yolo+mobile")
     disjoint, shared = (solve_nsga2(problem, max_evaluations=3000, pop_size=40, shared_pus=s) for s in (False, True))
     assert not any(p.shared_pus for p in joint_plan_from_dict(disjoint.plan).plans.values())
-    assert joint_plan_from_dict(shared.plan).plans["mobile"].shared_pus
-    assert shared.objectives["min_norm_throughput"] > disjoint.objectives["min_norm_throughput"]
+    ev = evaluate_joint(problem, joint_plan_from_dict(shared.plan))
+    assert ev.min_norm_throughput == pytest.approx(shared.objectives["min_norm_throughput"])
 
 
 @pytest.mark.parametrize("name, sharing, fields", [

@@ -1,8 +1,12 @@
 """The one cost model of the multi-network problem: scores a joint plan on every objective.
 
 Each network's plan is scored by the single-network evaluator (formulations/mapping/evaluator),
-giving its period P_i, latency L_i, busy time per frame b_ip on every PU p, energy per frame and
-summed phase time. The networks then share the SoC:
+giving its period P_i, latency L_i, energy per frame, summed phase time and its busy time per
+frame b_ip on every PU p: the units' times on p plus the transfers into p. A transfer belongs to
+the receiving stage (its time is in that stage's time, evaluator.py), which holds its PUs while
+it waits for its input; without that charge, spreading a network over many PUs would look free
+to the capacity rule below. A network alone keeps its single-network period: a PU that serves
+one stage is busy at most that stage's time. The networks then share the SoC:
 
 * **Capacity.** Network i runs at r_i frames/s: r_i <= 1000 / P_i (its own pipeline), and every
   PU fits all networks' work, sum_i r_i b_ip <= 1000 ms per second. A partitioned plan has one
@@ -39,8 +43,8 @@ from typing import Callable
 
 import numpy as np
 
-from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.checker import violations as single_violations
+from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.multi.plan import JointPlan
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
 from pipeplan.formulations.mapping.plan import plan_from_assignment
@@ -175,20 +179,21 @@ def evaluate_joint(problem: MultiProblem, plan: JointPlan,
         def network_eval(net: Network, gone: frozenset[str]) -> Evaluation:
             return evaluate(net.problem, plan.plans[net.name], check=False, evicted=gone)
     details = {n.name: network_eval(n, evicted[n.name]) for n in problem.networks}
-    load = {p: sum(ev.pu_busy_ms.get(p, 0.0) for ev in details.values()) for p in pus}
+    busy = {n.name: pu_time(details[n.name]) for n in problem.networks}
+    load = {p: sum(b.get(p, 0.0) for b in busy.values()) for p in pus}
     scores: dict[str, NetworkScore] = {}
     for net in problem.networks:
         ev = details[net.name]
         used = sorted(plan.pus_of(net.name), key=pus.index)
         wait = 0.0
         if problem.sharing == "time_shared":
-            wait = sum(load[p] - ev.pu_busy_ms.get(p, 0.0) for p in used)
+            wait = sum(load[p] - busy[net.name].get(p, 0.0) for p in used)
         static = net.problem.profile.static_power_mw
         dyn = ev.energy_mj - (static * ev.phases_ms / 1000.0 if _board_static(net) else 0.0)
         scores[net.name] = NetworkScore(period_ms=ev.period_ms, latency_ms=ev.latency_ms,
                                         worst_latency_ms=ev.latency_ms + wait, energy_mj=ev.energy_mj,
                                         dynamic_mj=dyn, reference_fps=reference_fps(net),
-                                        busy_ms=dict(ev.pu_busy_ms), pus=used)
+                                        busy_ms=busy[net.name], pus=used)
     bad = demand_violations(problem, scores, load)
     if bad:
         raise InfeasiblePlan(bad)
@@ -206,6 +211,14 @@ def evaluate_joint(problem: MultiProblem, plan: JointPlan,
     return JointEvaluation(networks=scores, pu_load_ms={p: v for p, v in load.items() if v > 0},
                            min_norm_throughput=1.0 / inv_t, fair_fps=fair, sustained_fps=1000.0 / common,
                            power_mw=power, problem=problem, details=details)
+
+
+def pu_time(ev: Evaluation) -> dict[str, float]:
+    """PU -> ms per frame: the units' times there plus the transfers into it."""
+    out = dict(ev.pu_busy_ms)
+    for pu, ms in ev.copy_ms.items():
+        out[pu] = out.get(pu, 0.0) + ms
+    return out
 
 
 def _board_static(net: Network) -> bool:

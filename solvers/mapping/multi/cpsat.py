@@ -50,13 +50,22 @@ class JointCpModel:
                     p = jv.variant.options[i][j].pu
                     t = round(jv.busy(i, j) * TICK)
                     terms.setdefault(p, []).append(t * lit)
-                    top[p] = top.get(p, 0) + t      # loose: every option of every unit on p
+                    top[p] = top.get(p, 0) + t      # loose: every option of every unit on p, every transfer
                     if p not in u:
                         u[p] = m.NewBoolVar(f"u[{jv.network.name},{p}]")
                     m.AddImplication(lit, u[p])
+            for p, flows in ch.inflow.items():     # transfers load the receiving PU (evaluator.py)
+                terms.setdefault(p, []).extend(flows)
+            for i, arcs in enumerate(jv.variant.arcs):
+                into: dict[str, int] = {}
+                for (_, k), (t, _) in arcs.items():
+                    p = jv.variant.options[i][k].pu
+                    into[p] = max(into.get(p, 0), round(t * TICK))
+                for p, t in into.items():
+                    top[p] = top.get(p, 0) + t
             busy.append({p: sum(t) for p, t in terms.items()})
             used.append(u)
-            self.busy_slack.append(0.5 * len(ch.a))
+            self.busy_slack.append(1.0 * len(ch.a))    # half a unit per option, half per transfer
             self.busy_top.append(top)
         for k, jv in enumerate(combo):
             for p in jv.exclusive:

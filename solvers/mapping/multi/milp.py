@@ -1,7 +1,8 @@
 """The joint MILP (PuLP, HiGHS; CBC where HiGHS is missing): every network's chain MILP
 (solvers/mapping/milp_chain.py) in one problem, coupled through the PUs they share.
 
-Per network i and PU p: ``b[i, p]`` = its busy ms per frame on p (the options' unit times),
+Per network i and PU p: ``b[i, p]`` = its busy ms per frame on p (the options' unit times and
+the transfers into p, as the evaluator charges them),
 ``u[i, p]`` in {0, 1} >= every on[j, p] (i uses p). Coupling rows:
 
 * exclusive PUs of warm variants (variants.py): u[i, p] + u[j, p] <= 1;
@@ -53,6 +54,8 @@ class JointMilp:
                     if p not in u:
                         u[p] = prob.add_variable(f"u_{k}_{pus.index(p)}", cat=pulp.LpBinary)
                     prob += u[p] >= lit
+            for p, flows in ch.inflow.items():     # transfers load the receiving PU (evaluator.py)
+                terms.setdefault(p, []).extend(flows)
             busy.append({p: pulp.lpSum(t) for p, t in terms.items()})
             used.append(u)
         for k, jv in enumerate(combo):
@@ -81,8 +84,10 @@ class JointMilp:
                         others = [b[p] for m, b in enumerate(busy) if m != k and p in b]
                         if not others:
                             continue
-                        big = sum(max(jv2.busy(i, j) for i, row in enumerate(jv2.variant.options)
-                                      for j, o in enumerate(row) if o.pu == p) * len(jv2.variant.options)
+                        big = sum(sum(max([jv2.busy(i, j) for j, o in enumerate(row) if o.pu == p] + [0.0])
+                                          + max([t for (_, j), (t, _) in jv2.variant.arcs[i].items()
+                                                 if jv2.variant.options[i][j].pu == p] + [0.0])
+                                          for i, row in enumerate(jv2.variant.options))
                                   for m, jv2 in enumerate(combo) if m != k and p in busy[m])
                         w = prob.add_variable(f"w_{k}_{pus.index(p)}", 0)
                         prob += w >= pulp.lpSum(others) - big * (1 - u)

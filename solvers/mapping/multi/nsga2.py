@@ -10,8 +10,7 @@ and the single-network solvers' default): :meth:`JointCodec.repair` moves every 
 PUs that cannot run it and merges runs that would reuse a PU, so the search space is the chain
 plans with one PU per stage. With ``shared_pus`` a PU may hold runs of a network apart (a
 ``shared_pus`` plan, which the single-network evaluator scores, re-entry included): a larger
-space, whose best plans spread a network over the PUs in many small stages (the busy times
-that the joint capacity rules add up leave out the transfers that such plans multiply).
+space, where a PU may serve two stages of one network.
 Operator graphs have no such encoding: ``ValueError``.
 
 **Search.** The work is split into independent rounds (``_round``). Each runs NSGA-II with
@@ -65,7 +64,7 @@ from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import MULTI_OBJECTIVES, MultiAxis
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
-from pipeplan.formulations.mapping.multi.evaluator import TOL, evaluate_joint, evicted_pus, reference_fps
+from pipeplan.formulations.mapping.multi.evaluator import TOL, evaluate_joint, evicted_pus, pu_time, reference_fps
 from pipeplan.formulations.mapping.multi.plan import JointPlan
 from pipeplan.formulations.mapping.multi.problem import MultiProblem
 from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment
@@ -270,30 +269,31 @@ class JointScorer:
         plan = self.codec.joint_plan(x)
         evicted = evicted_pus(problem, plan)
         evs = [self._single_eval(x, j, evicted[n.name]) for j, n in enumerate(nets)]
+        busy = [pu_time(ev) for ev in evs]      # units' times plus the transfers into each PU
         used = [set(plan.pus_of(n.name)) for n in nets]
         load: dict[str, float] = {}
-        for ev in evs:
-            for p, b in ev.pu_busy_ms.items():
+        for bt in busy:
+            for p, b in bt.items():
                 load[p] = load.get(p, 0.0) + b
         violation = 0.0 if self.codec.shared_pus else float(sum(self.codec.runs_per_pu_excess(x, j)
                                                                    for j in range(len(nets))))
         if problem.sharing == "partitioned":
             for p in load:
                 violation += max(0, sum(p in u for u in used) - 1)
-        for n, ev, u in zip(nets, evs, used):
+        for n, ev, bt, u in zip(nets, evs, busy, used):
             if n.latency_ms is not None:
-                wait = sum(load[p] - ev.pu_busy_ms.get(p, 0.0) for p in u) if problem.sharing == "time_shared" else 0.0
+                wait = sum(load[p] - bt.get(p, 0.0) for p in u) if problem.sharing == "time_shared" else 0.0
                 violation += _excess(ev.latency_ms + wait, n.latency_ms)
             if n.min_fps is not None:
                 violation += _excess(ev.period_ms * n.min_fps, 1000.0)
         if any(n.min_fps is not None for n in nets):
             for p in load:
-                violation += _excess(sum((n.min_fps or 0.0) * ev.pu_busy_ms.get(p, 0.0) for n, ev in zip(nets, evs)),
+                violation += _excess(sum((n.min_fps or 0.0) * bt.get(p, 0.0) for n, bt in zip(nets, busy)),
                                      1000.0)
         terms: list[float] = []
         if self.objective == "fairness":
             terms = [ev.period_ms / pr for ev, pr in zip(evs, self.pref)] + \
-                    [sum(ev.pu_busy_ms.get(p, 0.0) / pr for ev, pr in zip(evs, self.pref)) for p in problem.pu_names]
+                    [sum(bt.get(p, 0.0) / pr for bt, pr in zip(busy, self.pref)) for p in problem.pu_names]
             value = 1.0 / max(terms)
         elif self.objective == "rate":
             terms = [ev.period_ms for ev in evs] + [load.get(p, 0.0) for p in problem.pu_names]

@@ -96,13 +96,13 @@ def export_joint(plan_file: str | Path, instance: str, out: str | Path, seed: in
             # platform as the joint evaluation did (a plan may name another instance)
             single = tmp / f".plan-{folders[net.name]}.json"
             single.write_text(json.dumps(replace(joint.plans[net.name], instance=net.problem.name).to_dict()))
-            manifest = export_plan(single, light_model_path(models[net.name]), tmp / folders[net.name],
-                                   instance=net.problem.name, seed=seed)
+            manifest = export_plan(single, models[net.name][1], tmp / folders[net.name],
+                                   instance=_instance_of(problem, net), seed=seed)
             single.unlink()
             manifest["plan"].update(source=str(plan_file), sha256=plan_sha, network=net.name)
             (tmp / folders[net.name] / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
             doc["networks"][net.name] = {"folder": folders[net.name], "instance": net.problem.name,
-                                         "model": models[net.name], "weight": net.weight,
+                                         "model": models[net.name][0], "weight": net.weight,
                                          "predicted": _predicted(ev, net.name, manifest["predicted"])}
         (tmp / JOINT_FILE).write_text(json.dumps(doc, indent=2) + "\n")
         _publish(tmp, out)
@@ -112,15 +112,35 @@ def export_joint(plan_file: str | Path, instance: str, out: str | Path, seed: in
     return doc
 
 
-def _model_of(problem: MultiProblem, index: int, net: Network) -> str:
-    """The onnx wheel's model behind an operator-level network ``<platform>/<model>[@granularity]``."""
+def _model_of(problem: MultiProblem, index: int, net: Network) -> tuple[str, Path]:
+    """(name, path) of the ONNX model behind a network: its ``model`` (a model of the onnx wheel,
+    or an ONNX file inside the instance file's folder), else the wheel's model behind an
+    operator-level instance ``<platform>/<model>[@granularity]``."""
+    source = problem.source or problem.name
+    if net.model:
+        if net.model in LIGHT_MODELS:
+            return net.model, light_model_path(net.model)
+        path = inside_folder(Path(source).parent, net.model, source, f"networks[{index}].model")
+        if path.suffix != ".onnx" or not path.is_file():
+            raise InputError(source, f"networks[{index}].model", f"{net.model!r} is neither a model of the onnx "
+                             f"wheel ({', '.join(LIGHT_MODELS)}) nor an ONNX file in {Path(source).parent}")
+        return net.model, path
     name = net.instance or net.problem.name
     platform, _, model = name.partition("@")[0].partition("/")
     if name.endswith(".json") or model not in LIGHT_MODELS or not (PLATFORMS_DIR / f"{platform}.json").is_file():
-        raise InputError(problem.source or problem.name, f"networks[{index}].instance",
-                         f"network {net.name} ({name}) has no ONNX model to export; only operator-level "
-                         f"instances <platform>/<model> of the onnx wheel's models ({', '.join(LIGHT_MODELS)}) can be")
-    return model
+        raise InputError(source, f"networks[{index}].instance",
+                         f"network {net.name} ({name}) has no ONNX model to export; name one in networks[{index}]."
+                         f"model, or use an operator-level instance <platform>/<model> "
+                         f"({', '.join(LIGHT_MODELS)})")
+    return model, light_model_path(model)
+
+
+def _instance_of(problem: MultiProblem, net: Network) -> str:
+    """How export_plan finds the network's instance: its catalogue name, or the instance file's
+    path (inside the multi-instance file's folder, as the loader checked)."""
+    if net.instance.endswith(".json"):
+        return str(inside_folder(Path(problem.source).parent, net.instance, problem.source, "instance"))
+    return net.problem.name
 
 
 def _folder_names(names: list[str]) -> dict[str, str]:

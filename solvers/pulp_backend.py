@@ -97,6 +97,34 @@ def stopped_by(prob, backend: str, *, node_limit: int | None, time_limit: float 
     return "time"
 
 
+def solve_once(prob, backend: str, *, time_limit, threads, seed, warm: bool, node_limit: int | None = None,
+               presolve: bool = True) -> tuple[str, float | None, str | None]:
+    """Solve ``prob`` (minimising); returns (state: optimal, feasible, infeasible or unknown; a
+    lower bound of the objective: the optimum less HiGHS's gap, or its dual bound when a limit
+    stopped it, None when unknown; which limit stopped it, see :func:`stopped_by`)."""
+    import math
+    import time
+
+    solver = make_solver(backend, time_limit=time_limit, threads=threads, seed=seed, warm=warm, node_limit=node_limit)
+    if backend == "highs" and not presolve:
+        solver.optionsDict["presolve"] = "off"
+    began = time.perf_counter()
+    prob.solve(solver)
+    wall = time.perf_counter() - began
+    state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
+             pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "unknown")
+    lower = None
+    if state == "optimal":
+        value = prob.objective.value()
+        lower = value - GAP_REL * abs(value) - 1e-9
+    elif state in ("feasible", "unknown") and backend == "highs":
+        dual = prob.solverModel.getInfo().mip_dual_bound
+        lower = dual + (prob.objective.constant or 0.0) if math.isfinite(dual) else None
+    why = None if state in ("optimal", "infeasible") else stopped_by(
+        prob, backend, node_limit=node_limit, time_limit=time_limit, wall_s=wall)
+    return state, lower, why
+
+
 def highs_nodes(prob, backend: str) -> int | None:
     """The branch-and-bound nodes of HiGHS's last solve (None for CBC)."""
     if backend != "highs":

@@ -21,9 +21,6 @@ by ``CAP_ROOM`` (relative) so that no plan on a cap is lost, and plans are check
 """
 from __future__ import annotations
 
-import math
-import time
-
 import pulp
 
 from pipeplan.core.deadline import Deadline
@@ -32,7 +29,7 @@ from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.chain_options import Variant, chain_plan
 from pipeplan.solvers.mapping.common import paced
 from pipeplan.solvers.mapping.cpsat_chain import ChainOutcome
-from pipeplan.solvers.pulp_backend import GAP_REL, highs_nodes, make_solver, pick_backend, stopped_by
+from pipeplan.solvers.pulp_backend import highs_nodes, pick_backend, solve_once
 
 CAP_ROOM = 1e-9     # caps and windows relaxed by this (relative), beyond the solver's tolerance
 
@@ -191,26 +188,11 @@ class MilpChainModel:
         prob.setObjective(objective)
         if hint is not None:
             self._hint(hint)
-        began = time.perf_counter()
         try:
-            solver = make_solver(self.backend, time_limit=time_limit, threads=threads, seed=seed,
-                                 warm=hint is not None, node_limit=node_limit)
-            if self.backend == "highs":
-                solver.optionsDict["presolve"] = "off"      # see the module docstring
-            prob.solve(solver)
-            wall = time.perf_counter() - began
-            state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
-                     pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "unknown")
+            state, lower, why = solve_once(prob, self.backend, time_limit=time_limit, threads=threads, seed=seed,
+                                           warm=hint is not None, node_limit=node_limit,
+                                           presolve=False)       # see the module docstring
             plan = self._extract() if state in ("optimal", "feasible") else None
-            lower = None
-            if state == "optimal":
-                value = prob.objective.value()
-                lower = value - GAP_REL * abs(value) - 1e-9
-            elif state == "feasible" and self.backend == "highs":
-                dual = prob.solverModel.getInfo().mip_dual_bound
-                lower = dual + prob.objective.constant if math.isfinite(dual) else None
-            why = None if state in ("optimal", "infeasible") else stopped_by(
-                prob, self.backend, node_limit=node_limit, time_limit=time_limit, wall_s=wall)
             nodes = highs_nodes(prob, self.backend) or 0
         finally:
             table = getattr(prob, "_constraints", None)    # pulp >= 3.3 warns on the mapping view

@@ -39,6 +39,7 @@ class Network:
     min_fps: float | None = None
     reference_fps: float | None = None     # None: alone on its best single PU (evaluator.reference_fps)
     instance: str = ""                     # how the file named the instance (kept for to_dict)
+    model: str = ""                        # the ONNX model behind an instance file (export only)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "instance": self.instance or self.problem.name,
@@ -46,6 +47,8 @@ class Network:
         for key in ("latency_ms", "min_fps", "reference_fps"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.model:
+            out["model"] = self.model
         return out
 
 
@@ -154,7 +157,7 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
     raw = doc.get("networks")
     if not isinstance(raw, list) or not raw:
         raise InputError(source, "networks", "expected a non-empty list of networks")
-    known = {"name", "instance", "weight", "latency_ms", "min_fps", "reference_fps"}
+    known = {"name", "instance", "weight", "latency_ms", "min_fps", "reference_fps", "model"}
     networks = []
     for i, d in enumerate(raw):
         fld = f"networks[{i}]"
@@ -169,10 +172,13 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
         name = d.get("name", inst.rsplit("/", 1)[-1].removesuffix(".json"))
         if not isinstance(name, str):
             raise InputError(source, f"{fld}.name", "expected a string")
+        model = d.get("model", "")
+        if not isinstance(model, str):
+            raise InputError(source, f"{fld}.model", "expected a model of the onnx wheel or an ONNX file name")
         problem = load(inst, f"{fld}.instance")
         networks.append(Network(name=name, problem=problem, weight=d.get("weight", 1.0),
                                 latency_ms=d.get("latency_ms"), min_fps=d.get("min_fps"),
-                                reference_fps=d.get("reference_fps"), instance=inst))
+                                reference_fps=d.get("reference_fps"), instance=inst, model=model))
     sharing = doc.get("sharing", "time_shared")
     name = doc.get("name", "")
     if not isinstance(name, str) or not name:

@@ -10,9 +10,10 @@ sustained rate against "NPU only" and "best single mapping", Puzzle's 3.7x / 2.2
 against the optimum (goal: within 2%).
 
 Fronts (two-network instances): the set of rate pairs (r_A, r_B) a plan sustains is down-closed,
-so its upper boundary is traced by rays: with reference rates (cos a, sin a) the fairness
-objective is the largest t with (t cos a, t sin a) sustainable, i.e. where the ray at angle a
-leaves the union over all plans. The exact model gives that point for every ray (a proven front
+so its upper boundary is traced by rays: with reference rates (R_A cos a, R_B sin a) (R: the
+networks' own reference rates, so the rays spread evenly over the normalised plane) the
+fairness objective is the largest t with (t R_A cos a, t R_B sin a) sustainable, i.e. where
+the ray at angle a leaves the union over all plans. The exact model gives that point for every ray (a proven front
 to the solver's tolerance); NSGA-II gives its own.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pipeplan.core.io import write_atomic
 from pipeplan.core.registry import get_solver
 from pipeplan.core.tables import csv_text, markdown_table
 from pipeplan.core.vocabulary import MULTI_OBJECTIVES
+from pipeplan.formulations.mapping.multi.evaluator import reference_fps
 from pipeplan.instances.multi import load_multi
 
 INSTANCES = ("multi/yolo+mobile", "multi/alex+mobile", "multi/google+res+squeeze", "multi/yolo+mobile-partitioned")
@@ -67,17 +69,19 @@ def front(name: str, solver: str, *, rays: int, time_limit: float, threads: int,
     """The rate pairs where rays at angles in (0, 90) degrees leave the set of sustainable pairs."""
     problem = load_multi(name)
     a, b = problem.networks
+    ra, rb = reference_fps(a), reference_fps(b)      # rays even in the normalised plane
     out = []
     for k in range(rays):
         ang = (k + 0.5) * (math.pi / 2) / rays
-        ray = replace(problem, networks=(replace(a, reference_fps=math.cos(ang)), replace(b, reference_fps=math.sin(ang))))
+        ray = replace(problem, networks=(replace(a, reference_fps=ra * math.cos(ang)),
+                                         replace(b, reference_fps=rb * math.sin(ang))))
         r = pipeplan.solve(ray, solver, objective="fairness", seed=seed, time_limit=time_limit,
                            threads=threads if get_solver("multi", solver).exact else 1)
         if r.plan is None:
             continue
         t = r.objectives["min_norm_throughput"]
         out.append({"instance": name, "solver": solver, "angle_deg": round(math.degrees(ang), 2),
-                    "a_fps": t * math.cos(ang), "b_fps": t * math.sin(ang),
+                    "a_fps": t * ra * math.cos(ang), "b_fps": t * rb * math.sin(ang),
                     "proven": r.quality.value == "proven_optimal"})
     return out
 
@@ -139,9 +143,10 @@ def study(out: Path, *, time_limit: float = 60.0, threads: int = 2, seed: int = 
           command: str = "pipeplan multi study", progress=None) -> str:
     rows = run_rows(time_limit=time_limit, threads=threads, seed=seed, progress=progress)
     fronts = []
-    for name in FRONT_INSTANCES:
-        for solver in ("cpsat", "nsga2"):
-            fronts += front(name, solver, rays=rays, time_limit=time_limit, threads=threads, seed=seed)
+    for k, (name, solver) in enumerate((n, s) for n in FRONT_INSTANCES for s in ("cpsat", "nsga2")):
+        if progress:
+            progress(k, 2 * len(FRONT_INSTANCES), f"front {name} {solver} ({rays} rays)")
+        fronts += front(name, solver, rays=rays, time_limit=time_limit, threads=threads, seed=seed)
     write_atomic(out / "runs.csv", csv_text(rows, COLUMNS))
     if fronts:
         write_atomic(out / "fronts.csv", csv_text(

@@ -18,8 +18,6 @@ milp_chain.CAP_ROOM and every plan is re-scored by the evaluator.
 """
 from __future__ import annotations
 
-import time
-
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.registry import register
 from pipeplan.core.vocabulary import MultiAxis
@@ -103,11 +101,7 @@ class JointMilp:
 
     def solve(self, *, cutoff: float | None, time_limit: float | None, threads: int, seed: int,
               node_limit: int | None = None) -> ComboOutcome:
-        import math
-
-        import pulp
-
-        from pipeplan.solvers.pulp_backend import GAP_REL, make_solver, pick_backend, stopped_by
+        from pipeplan.solvers.pulp_backend import pick_backend, solve_once
 
         prob = self.prob
         table = getattr(prob, "_constraints", None)    # pulp >= 3.3 warns on the mapping view
@@ -116,28 +110,9 @@ class JointMilp:
         if cutoff is not None:
             prob += self.z <= cutoff * (1 - 1e-7), "cutoff"
         backend = pick_backend("highs")
-        began = time.perf_counter()
-        solver = make_solver(backend, time_limit=time_limit, threads=threads, seed=seed, warm=False,
-                             node_limit=node_limit)
-        if backend == "highs":
-            solver.optionsDict["presolve"] = "off"      # milp_chain.py: HiGHS's presolve cut off chain optima
-        prob.solve(solver)
-        wall = time.perf_counter() - began
-        state = {pulp.LpSolutionOptimal: "optimal", pulp.LpSolutionIntegerFeasible: "feasible",
-                 pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "unknown")
+        state, lower, why = solve_once(prob, backend, time_limit=time_limit, threads=threads, seed=seed, warm=False,
+                                       node_limit=node_limit, presolve=False)   # milp_chain.py: presolve off
         plan = self._extract() if state in ("optimal", "feasible") else None
-        lower = None
-        if state == "optimal":
-            value = prob.objective.value()
-            lower = value - GAP_REL * abs(value) - 1e-9
-        elif state in ("feasible", "unknown") and backend == "highs":
-            try:
-                dual = prob.solverModel.getInfo().mip_dual_bound
-            except AttributeError:
-                dual = math.nan
-            lower = dual if math.isfinite(dual) else None
-        why = None if state in ("optimal", "infeasible") else stopped_by(
-            prob, backend, node_limit=node_limit, time_limit=time_limit, wall_s=wall)
         return ComboOutcome(state, plan, lower, 0.0, why)
 
     def _extract(self) -> JointPlan:

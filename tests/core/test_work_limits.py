@@ -61,7 +61,8 @@ def same_run(a, b):
 
 WORK_LIMITS = {("mapping", "cpsat"): "work_limit", ("mapping", "milp"): "node_limit",
                ("mapping", "nsga2"): "max_evaluations", ("gradcode", "cpsat"): "work_limit",
-               ("gradcode", "milp"): "node_limit", ("rollout", "cpsat"): "work_limit"}
+               ("gradcode", "milp"): "node_limit", ("rollout", "cpsat"): "work_limit",
+               ("multi", "cpsat"): "work_limit", ("multi", "milp"): "node_limit"}
 
 
 @pytest.mark.parametrize("system,solver", list(WORK_LIMITS), ids=lambda x: str(x))
@@ -136,6 +137,17 @@ def test_rollout_cpsat_work_limit_is_deterministic():
     problem = load("rollout", "rollout/sci-jl-R32")
     a = pipeplan.solve(problem, "cpsat", time_limit=120, work_limit=0.3)
     b = pipeplan.solve(problem, "cpsat", time_limit=120, work_limit=0.3)
+    assert a.termination is Termination.TIME_LIMIT and a.stopped_by == "work", a.message
+    same_run(a, b)
+
+
+def test_multi_cpsat_work_budget_is_shared_deterministically():
+    """The joint model's work budget is sliced over its variant combinations by work done, not
+    by the clock: the same plan and bound on a loaded machine."""
+    problem = load("multi", "multi/yolo+mobile")
+    a = pipeplan.solve(problem, "cpsat", time_limit=120, work_limit=1.0)
+    with loaded_machine(60):
+        b = pipeplan.solve(problem, "cpsat", time_limit=120, work_limit=1.0)
     assert a.termination is Termination.TIME_LIMIT and a.stopped_by == "work", a.message
     same_run(a, b)
 

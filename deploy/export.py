@@ -27,7 +27,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import networkx as nx
 import onnx
@@ -241,9 +241,11 @@ def _make_temp_folder(out: Path) -> Path:
         raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an earlier export there is swapped out, then deleted."""
-    _check_target(out)
+def _publish(tmp: Path, out: Path, check: Callable[[Path], None] | None = None) -> None:
+    """Rename ``tmp`` to ``out``; an earlier export there is swapped out, then deleted.
+    ``check(out)``: refuses an ``out`` this kind of export may not replace (default: a single
+    export's rule; a joint export passes its own)."""
+    (check or _check_target)(out)
     if out.is_dir() and any(out.iterdir()):
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
         os.replace(out, old)

@@ -36,7 +36,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -48,7 +47,7 @@ from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, inside_folder, load_json
 from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.export import _check_target as check_single_target
-from pipeplan.deploy.export import _make_temp_folder, export_plan
+from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, sha256_of
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan
 from pipeplan.formulations.mapping.multi.evaluator import JointEvaluation, evaluate_joint
@@ -105,7 +104,7 @@ def export_joint(plan_file: str | Path, instance: str, out: str | Path, seed: in
                                          "model": models[net.name][0], "weight": net.weight,
                                          "predicted": _predicted(ev, net.name, manifest["predicted"])}
         (tmp / JOINT_FILE).write_text(json.dumps(doc, indent=2) + "\n")
-        _publish(tmp, out)
+        _publish(tmp, out, check=_check_target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -198,18 +197,6 @@ def _check_target(out: Path) -> None:
             continue
         raise InputError(str(out), "", f"holds {entry.name!r}, which export does not write, so it is "
                          "not an earlier joint export; choose another folder")
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an earlier joint export there is swapped out, then deleted."""
-    _check_target(out)
-    if out.is_dir() and any(out.iterdir()):
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
 
 
 # ------------------------------------------------------------------------------------ read

@@ -3,26 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
-
-
-def one_line_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
+from tests.cli_helpers import assert_input_error, run_cli
 
 
 def instance_file(tmp_path, networks, name="m.json"):
@@ -33,18 +17,18 @@ def instance_file(tmp_path, networks, name="m.json"):
 
 def test_solve_writes_a_result_the_evaluator_reproduces(tmp_path):
     out = tmp_path / "joint.json"
-    proc = cli("multi", "solve", "multi/alex+mobile", "--solver", "cpsat", "--objective", "fairness", "--out", out)
+    proc = run_cli("multi", "solve", "multi/alex+mobile", "--solver", "cpsat", "--objective", "fairness", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("cpsat: optimal/proven_optimal, min normalised throughput")
     assert proc.stdout.splitlines()[1].startswith("  alex: ") and proc.stdout.splitlines()[2].startswith("  mobile: ")
     result = json.loads(out.read_text())
-    proc = cli("multi", "evaluate", "multi/alex+mobile", "--plan", out)
+    proc = run_cli("multi", "evaluate", "multi/alex+mobile", "--plan", out)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["min_norm_throughput"] == pytest.approx(result["objectives"]["min_norm_throughput"])
 
 
 def test_instances_lists_the_multi_catalogue():
-    proc = cli("instances", "--system", "multi")
+    proc = run_cli("instances", "--system", "multi")
     assert proc.returncode == 0 and "multi/yolo+mobile" in proc.stdout and "time-shared PUs" in proc.stdout
 
 
@@ -57,20 +41,20 @@ def test_instances_lists_the_multi_catalogue():
 ])
 def test_bad_or_contradictory_demands_exit_2_and_write_nothing(tmp_path, networks, field, words):
     out = tmp_path / "r.json"
-    proc = cli("multi", "solve", instance_file(tmp_path, networks), "--solver", "cpsat", "--objective", "rate",
+    proc = run_cli("multi", "solve", instance_file(tmp_path, networks), "--solver", "cpsat", "--objective", "rate",
                "--out", out)
-    one_line_error(proc, f"m.json: {field}", words)
+    assert_input_error(proc, f"m.json: {field}", words)
     assert not out.exists()
 
 
 @pytest.mark.parametrize("solver,objective,words", [("cpsat", "total", "not"), ("milp", "energy", "min_fps"),
                                                     ("nsga2", "energy", "min_fps"), ("cpsat", "speed", "unknown")])
 def test_objectives_a_solver_cannot_take_are_refused_first(solver, objective, words):
-    one_line_error(cli("multi", "solve", "multi/alex+mobile", "--solver", solver, "--objective", objective),
+    assert_input_error(run_cli("multi", "solve", "multi/alex+mobile", "--solver", solver, "--objective", objective),
                    "--objective", words)
 
 
 def test_a_plan_for_other_networks_is_refused(tmp_path):
     plan = tmp_path / "p.json"
     plan.write_text(json.dumps({"schema": "pipeplan.multi-plan/1", "plans": {"x": {"stages": [{"pus": ["G"]}]}}}))
-    one_line_error(cli("multi", "evaluate", "multi/alex+mobile", "--plan", plan), "p.json", "no plan for network alex")
+    assert_input_error(run_cli("multi", "evaluate", "multi/alex+mobile", "--plan", plan), "p.json", "no plan for network alex")

@@ -4,8 +4,6 @@ joint.json files fail with one line and exit status 2, writing nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,23 +15,10 @@ from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, single
 from pipeplan.formulations.mapping.multi.plan import JointPlan
 from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.instances.multi import load_multi
+from tests.cli_helpers import assert_input_error, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 INSTANCE = "multi/host-squeeze+shuffle"      # two small networks: the exports stay light
 FRAMES = 4
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
-
-
-def assert_one_line_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 def split(net, first: str, second: str):
@@ -69,7 +54,7 @@ def exported(tmp_path_factory):
     for kind, plan in joint_plans(problem).items():
         plan_file = save(root / f"{kind}.json", plan)
         folder = root / f"export-{kind}"
-        proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", folder)
+        proc = run_cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", folder)
         assert proc.returncode == 0, proc.stderr
         out[kind] = plan_file, folder, json.loads((folder / "joint.json").read_text()), proc.stdout
     return out
@@ -108,7 +93,7 @@ def test_export_writes_one_folder_per_network_and_joint_json(exported):
 
 def test_run_both_pipelines_at_once_json(exported):
     _, folder, _, _ = exported["part"]
-    proc = cli("run", folder, "--frames", FRAMES, "--json")
+    proc = run_cli("run", folder, "--frames", FRAMES, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["outputs_match"] and report["instance"] == INSTANCE and report["frames"] == FRAMES
@@ -125,7 +110,7 @@ def test_run_both_pipelines_at_once_json(exported):
 
 def test_run_both_pipelines_at_once_lines(exported):
     _, folder, _, _ = exported["split"]
-    proc = cli("run", folder, "--frames", FRAMES)
+    proc = run_cli("run", folder, "--frames", FRAMES)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["squeeze", "shuffle"]
@@ -146,8 +131,8 @@ def test_network_without_onnx_model_refused(tmp_path):
     problem = load_multi("multi/yolo+mobile")     # measured Khadas VIM3 blocks: no model to cut
     plan = JointPlan({n.name: next(iter(single_pu_plans(n).values())) for n in problem.networks}, problem.name)
     out = tmp_path / "out"
-    proc = cli("multi", "export", "multi/yolo+mobile", "--plan", save(tmp_path / "plan.json", plan), "--out", out)
-    assert_one_line_error(proc, "yolo+mobile.json", "networks[0].instance", "network yolo", "no ONNX model")
+    proc = run_cli("multi", "export", "multi/yolo+mobile", "--plan", save(tmp_path / "plan.json", plan), "--out", out)
+    assert_input_error(proc, "yolo+mobile.json", "networks[0].instance", "network yolo", "no ONNX model")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
 
 
@@ -155,8 +140,8 @@ def test_infeasible_joint_plan_refused(tmp_path):
     problem = load_multi(INSTANCE)
     plan = JointPlan({"squeeze": joint_plans(problem)["part"].plans["squeeze"]}, problem.name)   # no shuffle plan
     plan_file = save(tmp_path / "plan.json", plan)
-    proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", tmp_path / "out")
-    assert_one_line_error(proc, str(plan_file), "plans", "no plan for network shuffle")
+    proc = run_cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", tmp_path / "out")
+    assert_input_error(proc, str(plan_file), "plans", "no plan for network shuffle")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
 
 
@@ -166,8 +151,8 @@ def test_out_folder_not_written_by_export_refused_and_left_intact(tmp_path, expo
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", out)
-    assert_one_line_error(proc, str(out), "notes.txt")
+    proc = run_cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", out)
+    assert_input_error(proc, str(out), "notes.txt")
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "plan.json"]
     # an earlier joint export with a file of someone else's inside is not replaced either
@@ -175,8 +160,8 @@ def test_out_folder_not_written_by_export_refused_and_left_intact(tmp_path, expo
     foreign = folder / "shuffle" / "notes.txt"
     foreign.write_text("keep me")
     try:
-        proc = cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", folder)
-        assert_one_line_error(proc, "notes.txt")
+        proc = run_cli("multi", "export", INSTANCE, "--plan", plan_file, "--out", folder)
+        assert_input_error(proc, "notes.txt")
         assert foreign.read_text() == "keep me"
     finally:
         foreign.unlink()
@@ -200,8 +185,8 @@ def test_joint_json_pointing_outside_its_folder_refused(tmp_path, how):
         (folder / "squeeze").symlink_to(elsewhere, target_is_directory=True)
     name = {"dotdot": "../elsewhere", "absolute": str(elsewhere), "link": "squeeze"}[how]
     (folder / "joint.json").write_text(json.dumps(joint_doc(name)))
-    proc = cli("run", folder, "--frames", FRAMES)
-    assert_one_line_error(proc, str(folder / "joint.json"), "networks.squeeze.folder", "not a file inside")
+    proc = run_cli("run", folder, "--frames", FRAMES)
+    assert_input_error(proc, str(folder / "joint.json"), "networks.squeeze.folder", "not a file inside")
 
 
 def test_an_instance_file_network_exports_with_its_named_model(tmp_path):
@@ -215,12 +200,12 @@ def test_an_instance_file_network_exports_with_its_named_model(tmp_path):
     (tmp_path / "pair.json").write_text(json.dumps(pair))
     problem = load_multi(str(tmp_path / "pair.json"))
     plan = save(tmp_path / "p.json", JointPlan({"squeeze": single_pu_plans(problem.networks[0])["C0"]}, "pair"))
-    proc = cli("multi", "export", tmp_path / "pair.json", "--plan", plan, "--out", tmp_path / "out")
+    proc = run_cli("multi", "export", tmp_path / "pair.json", "--plan", plan, "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "out" / "joint.json").read_text())
     assert doc["networks"]["squeeze"]["model"] == "squeezenet"
     pair["networks"][0]["model"] = "../elsewhere.onnx"
     (tmp_path / "pair.json").write_text(json.dumps(pair))
-    proc = cli("multi", "export", tmp_path / "pair.json", "--plan", plan, "--out", tmp_path / "out2")
-    assert_one_line_error(proc, "pair.json", "networks[0].model", "not a file inside")
+    proc = run_cli("multi", "export", tmp_path / "pair.json", "--plan", plan, "--out", tmp_path / "out2")
+    assert_input_error(proc, "pair.json", "networks[0].model", "not a file inside")
     assert not (tmp_path / "out2").exists()

@@ -41,6 +41,14 @@ class Network:
     instance: str = ""                     # how the file named the instance (kept for to_dict)
     model: str = ""                        # the ONNX model behind an instance file (export only)
 
+    def least_work_ms(self) -> float:
+        """No plan gives a frame less PU time than this: every unit on its fastest PU (top
+        level), at the smallest whole-graph share."""
+        prof = self.problem.profile
+        share = min([1.0] + list(prof.whole_graph.values()))
+        return share * sum(min(t for p, pu in prof.pus.items() if (t := prof.time(u, p, pu.max_level)) is not None)
+                           for u in range(len(self.problem.units)))
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "instance": self.instance or self.problem.name,
                                "weight": self.weight}
@@ -116,11 +124,7 @@ class MultiProblem:
                                  f"{n.name}'s deadline {n.latency_ms:g} ms is below its least latency "
                                  f"{latency:.3f} ms ({low['latency_ms'].source})")
             if n.min_fps is not None:
-                prof = n.problem.profile
-                share = min([1.0] + list(prof.whole_graph.values()))
-                need += n.min_fps * share * sum(
-                    min(t for p, pu in prof.pus.items() if (t := prof.time(u, p, pu.max_level)) is not None)
-                    for u in range(len(n.problem.units)))
+                need += n.min_fps * n.least_work_ms()
         if need > 1000.0 * len(pus) * (1 + 1e-9):
             raise InputError(where, "networks", f"the demanded rates need at least {need:.0f} ms of PU time per "
                              f"second, and the {len(pus)} PUs have {1000 * len(pus)}")

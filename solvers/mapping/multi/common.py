@@ -39,9 +39,7 @@ def analytic_bound(problem: MultiProblem, objective: str) -> float | None:
     p_lb, w_lb, ref = {}, {}, {}
     for n in problem.networks:
         p_lb[n.name] = best_analytic(n.problem)["period_ms"].value
-        prof = n.problem.profile
-        w_lb[n.name] = sum(min(t for p in prof.pus if (t := prof.time(i, p, prof.pus[p].max_level)) is not None)
-                           * min([1.0] + list(prof.whole_graph.values())) for i in range(len(n.problem.units)))
+        w_lb[n.name] = n.least_work_ms()
         ref[n.name] = reference_fps(n)
     if objective == "fairness":
         per_net = min(1000.0 / (p_lb[k] * ref[k]) for k in ref)

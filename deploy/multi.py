@@ -49,9 +49,7 @@ from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.export import _check_target as check_single_target
 from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, sha256_of
-from pipeplan.formulations.mapping.evaluator import InfeasiblePlan
-from pipeplan.formulations.mapping.multi.evaluator import JointEvaluation, evaluate_joint
-from pipeplan.formulations.mapping.multi.plan import joint_plan_from_dict
+from pipeplan.formulations.mapping.multi.evaluator import JointEvaluation, evaluate_plan_file
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_path
 from pipeplan.formulations.mapping.profile import Reader
@@ -72,11 +70,7 @@ def export_joint(plan_file: str | Path, instance: str, out: str | Path, seed: in
     plan_file, out = Path(plan_file), Path(out)
     _check_target(out)
     problem = load_multi(instance)
-    joint = joint_plan_from_dict(load_json(plan_file), str(plan_file))
-    try:
-        ev = evaluate_joint(problem, joint)
-    except InfeasiblePlan as exc:
-        raise InputError(str(plan_file), "plans", f"infeasible for {problem.name}: {exc}") from None
+    joint, ev = evaluate_plan_file(problem, plan_file)
     models = {net.name: _model_of(problem, i, net) for i, net in enumerate(problem.networks)}
     folders = _folder_names([net.name for net in problem.networks])
     plan_sha = sha256_of(plan_file)

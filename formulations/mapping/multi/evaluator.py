@@ -43,9 +43,11 @@ from typing import Callable
 
 import numpy as np
 
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_json
 from pipeplan.formulations.mapping.checker import violations as single_violations
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
-from pipeplan.formulations.mapping.multi.plan import JointPlan
+from pipeplan.formulations.mapping.multi.plan import JointPlan, joint_plan_from_dict
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
 from pipeplan.formulations.mapping.plan import plan_from_assignment
 
@@ -260,3 +262,13 @@ def _max_weighted_rates(problem: MultiProblem, scores: dict[str, NetworkScore]) 
     if res.status != 0:    # only reachable when the demands do not fit, which evaluate_joint rejects first
         raise InfeasiblePlan([f"no rates serve the demands ({res.message})"])
     return {n.name: float(r) for n, r in zip(nets, res.x)}
+
+
+def evaluate_plan_file(problem: MultiProblem, path) -> tuple[JointPlan, JointEvaluation]:
+    """The joint plan in ``path`` (a joint plan or a SolveResult file) and its evaluation; an
+    unreadable or infeasible plan is an InputError naming the file (field ``plans``)."""
+    joint = joint_plan_from_dict(load_json(path), str(path))
+    try:
+        return joint, evaluate_joint(problem, joint)
+    except InfeasiblePlan as exc:
+        raise InputError(str(path), "plans", f"infeasible for {problem.name}: {exc}") from None

@@ -114,18 +114,10 @@ def evaluate_cmd(instance: str = INSTANCE,
     """Score a joint plan on every objective (JSON), with each network's figures."""
     import json
 
-    from pipeplan.core.io import load_json
-    from pipeplan.formulations.mapping.evaluator import InfeasiblePlan
-    from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint
-    from pipeplan.formulations.mapping.multi.plan import joint_plan_from_dict
+    from pipeplan.formulations.mapping.multi.evaluator import evaluate_plan_file
     from pipeplan.instances.multi import load_multi
 
-    problem = load_multi(instance)
-    joint = joint_plan_from_dict(load_json(plan), str(plan))
-    try:
-        ev = evaluate_joint(problem, joint)
-    except InfeasiblePlan as exc:
-        raise InputError(str(plan), "plans", f"infeasible: {exc}") from None
+    _, ev = evaluate_plan_file(load_multi(instance), plan)
     typer.echo(json.dumps(ev.to_dict(), indent=2))
 
 

@@ -212,10 +212,15 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
 
 
 def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, buckets: int = BUCKETS,
-               time_limit: float = 60.0, threads: int = 1, refine: bool = True) -> StepBound:
+               time_limit: float = 60.0, threads: int = 1, refine: bool = True,
+               upper: float | None = None) -> StepBound:
     """The step-indexed bound (module docstring) for one round on one engine without shared
     prefixes (``engine.single``): ``buckets`` step buckets of equal width over twice the longest
-    response, the last one open, solved with all of ``time_limit``. With ``refine``, once a
+    response or, given the train end ``upper`` of some schedule, up to the step from which a
+    single late group already costs that much (c0 s + all the work + the least update), the
+    last bucket open, solved with all of ``time_limit``. (A group in the open bucket is charged
+    no forced work: where the best schedules run past twice the longest response, sci-xw at
+    R = 32, the shorter horizon left the bound 3 s lower.) With ``refine``, once a
     MILP closes with time left, the buckets holding a group in its solution are halved and the
     MILP solved again: every partition gives a valid bound, finer ones a tighter one where the
     solution lies; the largest is returned. (Splitting before a MILP closes, or sharing the
@@ -227,9 +232,13 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
         raise ValueError("the step-indexed bound covers one round on one engine without shared prefixes")
     clock = Deadline(time_limit)
     longest = max((max(r) for r in problem.response_tokens if r), default=1)
-    width = max(1, math.ceil(HORIZON_FACTOR * max(longest, 1) / buckets))
-    starts = np.arange(buckets) * width
     work = request_work(problem, engine)
+    horizon = HORIZON_FACTOR * max(longest, 1)
+    if upper is not None and engine.c0_s > 0 and problem.R:
+        least = problem.trainer.update_time(min(problem.group_tokens))
+        horizon = max(horizon, math.ceil((upper - sum(w[-1] for w in work) - least) / engine.c0_s) + 1)
+    width = max(1, math.ceil(horizon / buckets))
+    starts = np.arange(buckets) * width
     best, best_closed, rounds = 0.0, False, 0
     while True:
         value, closed, placed = _solve_buckets(problem, engine, work, starts, clock.remaining(), threads)

@@ -157,7 +157,8 @@ def solve_step_plan(problem, *, evaluations: int = EVALUATIONS, seed: int = 0, t
     bound = None
     if prove_s > 0 and not clock.expired():
         left = clock.remaining(floor=0.05)
-        proof = step_bound(problem, time_limit=prove_s if left is None else min(prove_s, left), threads=threads)
+        proof = step_bound(problem, time_limit=prove_s if left is None else min(prove_s, left), threads=threads,
+                           upper=min(value, replayed))
         bound = proof.bound_s
         params.update(step_bound_s=proof.bound_s, step_bound_closed=proof.closed, step_bound_width=proof.width)
     cut = clock.expired()

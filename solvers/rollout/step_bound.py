@@ -59,6 +59,7 @@ from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 
 BUCKETS = 32          # default number of step buckets (HiGHS closes 32 at R = 32 in about 20 s)
 HORIZON_FACTOR = 2    # the buckets cover this many times the longest response; the last is open
+HORIZON_CAP = 3       # ... and up to this many times with a known schedule's train end (``upper``)
 BOUND_TOL = 1e-6      # relative: HiGHS's dual bound is exact up to its feasibility tolerances
 
 
@@ -217,10 +218,12 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
     """The step-indexed bound (module docstring) for one round on one engine without shared
     prefixes (``engine.single``): ``buckets`` step buckets of equal width over twice the longest
     response or, given the train end ``upper`` of some schedule, up to the step from which a
-    single late group already costs that much (c0 s + all the work + the least update), the
-    last bucket open, solved with all of ``time_limit``. (A group in the open bucket is charged
+    single late group already costs that much (c0 s + all the work + the least update), at most
+    three times the longest response, the last bucket open, solved with all of ``time_limit``. (A group in the open bucket is charged
     no forced work: where the best schedules run past twice the longest response, sci-xw at
-    R = 32, the shorter horizon left the bound 3 s lower.) With ``refine``, once a
+    R = 32, the shorter horizon left the bound 1.6 s lower. The cap keeps trainer-bound rounds,
+    whose train end says nothing about the engine's steps, from buckets thousands of steps wide:
+    at rho 4 HiGHS once ran past its time limit for minutes on such a model.) With ``refine``, once a
     MILP closes with time left, the buckets holding a group in its solution are halved and the
     MILP solved again: every partition gives a valid bound, finer ones a tighter one where the
     solution lies; the largest is returned. (Splitting before a MILP closes, or sharing the
@@ -236,7 +239,8 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
     horizon = HORIZON_FACTOR * max(longest, 1)
     if upper is not None and engine.c0_s > 0 and problem.R:
         least = problem.trainer.update_time(min(problem.group_tokens))
-        horizon = max(horizon, math.ceil((upper - sum(w[-1] for w in work) - least) / engine.c0_s) + 1)
+        reach = math.ceil((upper - sum(w[-1] for w in work) - least) / engine.c0_s) + 1
+        horizon = max(horizon, min(reach, HORIZON_CAP * longest))
     width = max(1, math.ceil(horizon / buckets))
     starts = np.arange(buckets) * width
     best, best_closed, rounds = 0.0, False, 0

@@ -42,19 +42,25 @@ def _brute_force_jit(problem, top):
     return min(timeline.train_end(np.array(f)) for f in itertools.product(*ranges))
 
 
+def _one_step_bound_and_best(seed: int, U: int, per_token: float, brute_force):
+    """A random 3-group round (K = 2, responses 1-4 tokens): its step bound with one-step
+    buckets (asserted closed) and ``brute_force``'s best plan."""
+    rng = np.random.default_rng(seed)
+    responses = [[int(n) for n in rng.integers(1, 5, 2)] for _ in range(3)]
+    p = small_round(responses, [int(x) for x in rng.integers(1, 4, 3)], seqs=8, c0=0.01, c1=0.004, c2=0.002,
+                    prefill=0.003, kv_mode="on_demand", U=U, per_token=per_token, optimizer=0.01)
+    longest = max(max(r) for r in responses)
+    proof = step_bound(p, buckets=2 * longest, time_limit=30)
+    assert proof.width == 1 and proof.closed
+    return proof.bound_s, brute_force(p, 2 * longest + 2)
+
+
 @pytest.mark.parametrize("case", range(4))
 def test_with_one_step_buckets_the_bound_is_the_best_just_in_time_plan(case):
     # U = 1 and one micro-batch per group: the bound's trainer term is then exact, and with
     # one-step buckets so is its engine term; the best plan finishes within the buckets here
-    rng = np.random.default_rng(case)
-    responses = [[int(n) for n in rng.integers(1, 5, 2)] for _ in range(3)]
-    p = small_round(responses, [int(x) for x in rng.integers(1, 4, 3)], seqs=8, c0=0.01, c1=0.004, c2=0.002,
-                    prefill=0.003, kv_mode="on_demand", U=1, per_token=0.002, optimizer=0.01)
-    longest = max(max(r) for r in responses)
-    best = _brute_force_jit(p, 2 * longest + 2)
-    proof = step_bound(p, buckets=2 * longest, time_limit=30)
-    assert proof.width == 1 and proof.closed
-    assert proof.bound_s == pytest.approx(best, rel=1e-5)
+    bound, best = _one_step_bound_and_best(case, 1, 0.002, _brute_force_jit)
+    assert bound == pytest.approx(best, rel=1e-5)
 
 
 def _brute_force_any_trainer(problem, top):
@@ -78,15 +84,8 @@ def _brute_force_any_trainer(problem, top):
 def test_with_updates_of_two_the_one_step_bound_is_the_best_plan_under_any_trainer_order(case):
     # U = 2: the last update holds a partner; the bound charges the groups the trainer holds
     # back, so with one-step buckets it meets the best plan over every trainer order
-    rng = np.random.default_rng(10 + case)
-    responses = [[int(n) for n in rng.integers(1, 5, 2)] for _ in range(3)]
-    p = small_round(responses, [int(x) for x in rng.integers(1, 4, 3)], seqs=8, c0=0.01, c1=0.004, c2=0.002,
-                    prefill=0.003, kv_mode="on_demand", U=2, per_token=0.02, optimizer=0.01)
-    longest = max(max(r) for r in responses)
-    best = _brute_force_any_trainer(p, 2 * longest + 2)
-    proof = step_bound(p, buckets=2 * longest, time_limit=30)
-    assert proof.width == 1 and proof.closed
-    assert proof.bound_s == pytest.approx(best, rel=1e-5)
+    bound, best = _one_step_bound_and_best(10 + case, 2, 0.02, _brute_force_any_trainer)
+    assert bound == pytest.approx(best, rel=1e-5)
 
 
 def test_a_round_of_more_micro_batches_than_groups_still_gets_a_bound():

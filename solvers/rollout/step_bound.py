@@ -149,7 +149,7 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
         # z >= c0 s v_b + forced work at s + trainer time of the groups trained after s
         entries = [(iz, 1.0), (iv + b, -engine.c0_s * starts[b]), (inn + b, -tr.optimizer_step_s),
                    (imb + b, -tr.s_per_microbatch)]
-        count, micro = [(inn + b, float(U))], [(imb + b, float(tr.token_budget))]
+        micro = [(imb + b, float(tr.token_budget))]
         filled = [(inn + b, -float(U))]
         for (g, b2), j in xs.items():
             if table[g, b, b2]:
@@ -157,7 +157,6 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
         for g in range(R):
             y = iy + g * nb + b
             entries.append((y, -tr.s_per_token * tokens[g]))
-            count.append((y, -1.0))
             filled.append((y, 1.0))
             micro.append((y, -tokens[g]))
             # trained after s: every group completing at or after s; held back at a later bucket
@@ -169,11 +168,10 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
         # |H| is the groups of the last n updates: U n, less what the last update lacks
         row(filled, -float(short), 0.0 if not short else np.inf)
         if short:
-            row(filled[1:] + [(inn + b, -float(U)), (iv + b, float(short))], -np.inf, 0.0)
+            row(filled + [(iv + b, float(short))], -np.inf, 0.0)
             row([(inn + b, 1.0), (iv + b, -1.0)], 0.0)       # a late group needs an update
         # and when steps reach s at all: z >= c0 s + all the work + the least last update
         row([(iz, 1.0), (iv + b, -engine.c0_s * starts[b])], total_work + least_update)
-        row(count, 0.0)
         row(micro, 0.0)
         row([(imb + b, 1.0), (inn + b, -1.0)], 0.0)
 

@@ -1,6 +1,7 @@
-"""A step-indexed lower bound on the train end: the engine's per-step cost and the trainer
-together, for engines whose steps cost more than ``c0`` (the real engine: ``c1`` per running
-request, ``c2`` per KV token in use, prefills).
+"""A step-indexed lower bound on the train end: the engine's per-step cost, its batch and KV
+limits and the trainer together. It is strongest on engines whose steps cost more than ``c0``
+(the real engine: ``c1`` per running request, ``c2`` per KV token in use, prefills) and on
+engines whose limits bind (a linear engine in reserve mode).
 
 Why the other bounds stay loose on such engines. ``bounds`` and ``flowshop_bound`` charge a set
 of groups only its *own* work: as if it ran alone. On the paper's engine the attention term
@@ -34,6 +35,18 @@ groups the bound at 32 buckets rose from 223.1 to 226.8 s (lsat-ar, R = 32) and 
 trainer order on small rounds (tested by brute force) except where micro-batches, counted
 fractionally here, round up.
 
+And s steps hold the tokens forced by then: at most ``max_num_seqs`` requests gain a token per
+step, and the KV a request holds while making its tokens (its whole footprint in reserve mode,
+prompt + tokens so far on demand) never exceeds the capacity, so
+
+    sum_i k_i(s) <= max_num_seqs x s,      sum_i kv_i(k_i(s)) <= kv_capacity x s.
+
+These rows are what bounds a linear engine (no c1, c2 or prefill work: the time is c0 per
+step, and the limits decide how many steps a round needs): at R = 32 they raise lsat-ar at
+rho 0.25 from 231.0 s (the flow-shop relaxation) to 233.2 s and sci-xw from 369.1 to 378.9 s.
+A row that no finish steps can break (all of the real engine's at R = 32: its KV cache holds
+the whole round) is left out.
+
 The bound minimises the largest right-hand side over all finish steps F and held-back sets. With
 the steps cut into buckets it is a MILP: x[g, b] says F_g lies in bucket b; at each bucket start
 s the forced work of group g is at least its value at the bucket's last step (w_i is increasing
@@ -41,8 +54,8 @@ and k_i decreases in F_g; the last bucket is open: no forced work), so every ter
 y[g, b] says g is in H at bucket b's start (continuous in [0, 1]: a relaxation of the 0/1
 choice, which HiGHS closes about as fast as the weaker model while the 0/1 one does not close
 in 60 s at R = 32). HiGHS solves it; its proven dual bound is the figure (valid whether or not
-it closes the MILP), less a tolerance. Retractions, recomputation and KV or batch limits only
-add time: the bound ignores them.
+it closes the MILP), less a tolerance. Retractions and recomputation only add time: the
+bound ignores them.
 
 The just-in-time schedule (each request admitted its length before its group's finish step)
 meets the argument's forced work exactly, which is why the bound is tight where the capacity
@@ -74,6 +87,18 @@ def request_work(problem: RolloutProblem, engine: EngineModel | None = None) -> 
         w[1:] += engine.prefill_time(p)
         out.append(w)
     return out
+
+
+def request_load(problem: RolloutProblem, engine: EngineModel) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(tokens, kv): ``tokens[i][k] = k``, and ``kv[i][k]`` the KV-token-steps request i holds
+    while making its first k tokens (its whole footprint each step in reserve mode, prompt +
+    tokens so far on demand)."""
+    toks, kv = [], []
+    for p, n in zip(problem.prompts, problem.lengths):
+        k = np.arange(n + 1, dtype=float)
+        toks.append(k)
+        kv.append(k * (p + n) if engine.kv_mode == "reserve" else k * p + k * (k - 1) / 2)
+    return toks, kv
 
 
 @dataclass(frozen=True)
@@ -111,6 +136,9 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
     longest = [max(r) if r else 0 for r in problem.response_tokens]
     last = np.append(starts[1:] - 1, np.inf).astype(float)   # last step of each bucket
     table = _forced_table(problem, work, starts, last)
+    toks, kv = request_load(problem, engine)
+    tok_table = _forced_table(problem, toks, starts, last)
+    kv_table = _forced_table(problem, kv, starts, last)
     tokens = np.array(problem.group_tokens, float)
     total_work = float(sum(w[-1] for w in work))
     least_update = tr.update_time(int(tokens.min())) if R else 0.0
@@ -174,6 +202,11 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
         row([(iz, 1.0), (iv + b, -engine.c0_s * starts[b])], total_work + least_update)
         row(micro, 0.0)
         row([(imb + b, 1.0), (inn + b, -1.0)], 0.0)
+        # the engine's limits: the tokens forced by s fit in max_num_seqs per step, their KV in
+        # the capacity per step (rows that no choice of x can violate are left out)
+        for t, limit in ((tok_table, engine.max_num_seqs), (kv_table, engine.kv_capacity_tokens)):
+            if sum(max(t[g, b, b2] for b2 in range(nb) if (g, b2) in xs) for g in range(R)) > limit * starts[b]:
+                row([(j, t[g, b, b2]) for (g, b2), j in xs.items() if t[g, b, b2]], -np.inf, float(limit * starts[b]))
 
     a = sparse.csc_matrix((vals, (rows, cols)), shape=(len(lo), ncol))
     col_lo, col_hi = np.zeros(ncol), np.ones(ncol)

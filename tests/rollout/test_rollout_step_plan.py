@@ -17,7 +17,7 @@ from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
 from pipeplan.solvers.rollout.step_bound import step_bound
-from pipeplan.solvers.rollout.step_plan import StepTimeline, solve_step_plan
+from pipeplan.solvers.rollout.step_plan import SequencePlanner, StepTimeline, solve_step_plan
 from tests.rollout_helpers import random_rounds, small_round
 
 
@@ -88,6 +88,39 @@ def test_with_updates_of_two_the_one_step_bound_is_the_best_plan_under_any_train
     assert bound == pytest.approx(best, rel=1e-5)
 
 
+def _serial_round(seqs: int, cap: int):
+    """Three one-request groups (4, 6, 8 tokens; prompts 6 / 4 / 2, so every footprint is 10) on
+    a linear engine whose steps (c0 = 0.1 s) outweigh the trainer: the order and the limits
+    decide the train end."""
+    p = small_round([[4], [6], [8]], [6, 4, 2], seqs=seqs, cap=cap, c0=0.1, U=1, per_token=0.001, optimizer=0.01)
+    assert p.engine.linear
+    return p
+
+
+def test_on_a_linear_engine_of_one_sequence_the_one_step_bound_is_the_optimum():
+    # c1 = c2 = 0, no prefill: no forced work, only the engine's limits make the steps. One
+    # sequence turns the batch-limit rows into single-machine deadlines, exact here with one
+    # request per group; U = 1 makes the trainer term exact. Without the rows: 0.92 s
+    from pipeplan.formulations.rollout import brute_force
+    p = _serial_round(1, 30)
+    optimum = brute_force.optimum(p)[0]
+    proof = step_bound(p, buckets=24, time_limit=30, upper=optimum)   # 3 x 8 steps: one per bucket
+    assert proof.width == 1 and proof.closed
+    assert proof.bound_s == pytest.approx(optimum, rel=1e-5)
+
+
+def test_on_a_linear_engine_the_kv_rows_lift_the_bound_above_the_analytic_one():
+    # a KV cache of 14 tokens runs one footprint of 10 at a time: the KV rows (10 x tokens <=
+    # 14 x steps) are weaker than one sequence, yet above the analytic bound (1.41 s; without
+    # the rows 0.92 s)
+    from pipeplan.formulations.rollout import brute_force
+    p = _serial_round(3, 14)
+    optimum = brute_force.optimum(p)[0]
+    proof = step_bound(p, buckets=24, time_limit=30, upper=optimum)
+    assert proof.closed
+    assert train_end_lower_bound(p) + 0.1 < proof.bound_s <= optimum
+
+
 def test_a_round_of_more_micro_batches_than_groups_still_gets_a_bound():
     # more tokens than R micro-batches hold: the MILP once capped the micro-batch count at R,
     # found itself infeasible and proved nothing
@@ -119,6 +152,58 @@ def test_on_the_paper_engine_the_planner_beats_every_policy_and_the_bound_beats_
     assert planned.params["step_bound_s"] > train_end_lower_bound(p)
     assert planned.bound["train_end_s"] == pytest.approx(planned.params["step_bound_s"])
     assert planned.gap < (best_policy - train_end_lower_bound(p)) / best_policy
+
+
+def _brute_force_sequence(problem, updates, top):
+    """The least train end of every just-in-time plan within the engine's limits, finish steps
+    up to ``top``, the trainer running ``updates`` in that order."""
+    from pipeplan.formulations.rollout.trainer import run_updates
+    timeline = StepTimeline(problem)
+    best = np.inf
+    for f in itertools.product(*[range(int(lo), top + 1) for lo in timeline.longest]):
+        f = np.array(f)
+        if timeline.fits(f):
+            times, _ = timeline.step_times(f)
+            best = min(best, run_updates(problem, [float(times[s]) for s in f], updates)[-1].end_s)
+    return best
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_the_sequence_planner_finds_the_best_plan_of_its_update_sequence(case):
+    # engine-bound rounds (a cheap trainer): every update's row can bind
+    from pipeplan.formulations.rollout.trainer import chunks
+    rng = np.random.default_rng(20 + case)
+    R, U = (3, 1) if case < 2 else (4, 2)
+    responses = [[int(n) for n in rng.integers(1, 5, 2)] for _ in range(R)]
+    p = small_round(responses, [int(x) for x in rng.integers(1, 4, R)], seqs=8, c0=0.01, c1=0.004, c2=0.002,
+                    prefill=0.003, kv_mode="on_demand", U=U, per_token=0.0005, optimizer=0.001)
+    timeline = StepTimeline(p)
+    order = [int(g) for g in rng.permutation(R)]
+    target, finish = SequencePlanner(timeline).best(order, tol=1e-7)
+    best = _brute_force_sequence(p, chunks(order, p.update_sizes()), 14)
+    assert target == pytest.approx(best, rel=1e-5)
+    assert timeline.train_end(finish) == pytest.approx(target, rel=1e-5)
+
+
+def test_a_plan_beyond_the_kv_cache_is_refused_by_the_timeline_and_not_run_by_the_simulator():
+    # four requests of 8 tokens at once need 4 x (2 + 8) KV tokens; the cache holds 30
+    p = small_round([[8, 8], [8, 8]], [2, 2], seqs=4, cap=30, c0=0.01, kv_mode="on_demand")
+    timeline = StepTimeline(p)
+    together, apart = np.array([8, 8]), np.array([8, 20])
+    assert not timeline.fits(together) and timeline.train_end(together) == np.inf
+    assert timeline.fits(apart)
+    planned_end = timeline.step_times(together)[0][8]          # 8 steps: every request done
+    assert max(replay(p, timeline.plan(together)).finish_s) > planned_end + 0.05
+    schedule = replay(p, timeline.plan(apart))
+    assert schedule.metrics()["retractions"] == 0
+    assert schedule.metrics()["train_end_s"] == pytest.approx(timeline.train_end(apart), rel=1e-9)
+
+
+@pytest.mark.parametrize("field", ["evaluations", "sequence_moves"])
+def test_a_negative_number_of_moves_is_refused_in_one_line(field):
+    with pytest.raises(InputError) as err:
+        solve_step_plan(preset_round("sci-jl", 4), **{field: -1})
+    assert err.value.field == field
 
 
 @pytest.mark.parametrize("change, field", [({"rounds": 2}, "rounds"), ({"replicas": 2}, "engine"),

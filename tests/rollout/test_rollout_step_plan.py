@@ -199,6 +199,15 @@ def test_a_plan_beyond_the_kv_cache_is_refused_by_the_timeline_and_not_run_by_th
     assert schedule.metrics()["train_end_s"] == pytest.approx(timeline.train_end(apart), rel=1e-9)
 
 
+def test_without_a_plan_within_the_limits_the_replay_stands_and_the_result_says_so():
+    # every group as early as it can finish needs four requests' KV at once: no moves, no plan
+    p = small_round([[8, 8], [8, 8]], [2, 2], seqs=4, cap=30, c0=0.01, kv_mode="on_demand")
+    r = pipeplan.solve(p, "step-plan", evaluations=0, sequence_moves=0)
+    assert r.params["planned_train_end_s"] is None and "no plan within the engine's limits" in r.message
+    assert r.objectives["train_end_s"] == pytest.approx(replay(p, StepTimeline(p).plan(np.array([8, 8])))
+                                                        .metrics()["train_end_s"])
+
+
 @pytest.mark.parametrize("field", ["evaluations", "sequence_moves"])
 def test_a_negative_number_of_moves_is_refused_in_one_line(field):
     with pytest.raises(InputError) as err:

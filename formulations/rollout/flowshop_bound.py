@@ -56,7 +56,7 @@ def engine_terms(problem: RolloutProblem, engine: EngineModel, demands=None):
         m = 0
         p = problem.prompt_tokens[g]
         for k, n in enumerate(problem.response_tokens[g]):
-            a += engine.prefill_time(p) + engine.c1_s * n + engine.c2_s * (n * p + n * (n - 1) / 2)
+            a += engine.request_work(p, n) + (n == 0) * engine.prefill_time(p)   # an empty response still prefills
             t += n
             if demands is not None:
                 e += demands[g * problem.K + k] * n

@@ -110,6 +110,14 @@ class EngineModel:
     def prefill_time(self, prompt_tokens: int) -> float:
         return self.prefill_s + self.prefill_s_per_token * prompt_tokens
 
+    def request_work(self, prompt_tokens, k):
+        """The engine time a request adds, whatever runs beside it, while making its first k
+        tokens: its prefill (once it has a token) and its share ``c1 + c2 x (prompt + tokens
+        before)`` of each step it runs in. Elementwise on numpy arrays (the bounds and the
+        just-in-time planner charge it per request)."""
+        return (self.c1_s * k + self.c2_s * (k * prompt_tokens + k * (k - 1) / 2)
+                + (k >= 1) * self.prefill_time(prompt_tokens))
+
     @property
     def linear(self) -> bool:
         """True when every request takes exactly ``len * c0_s`` whatever else runs: then the

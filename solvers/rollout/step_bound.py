@@ -80,13 +80,7 @@ def request_work(problem: RolloutProblem, engine: EngineModel | None = None) -> 
     """``out[i][k]``: the additive engine time (prefill, c1 and c2 terms) of request i's first k
     tokens, k = 0..n_i."""
     engine = engine or problem.engine
-    out = []
-    for p, n in zip(problem.prompts, problem.lengths):
-        k = np.arange(n + 1, dtype=float)
-        w = engine.c1_s * k + engine.c2_s * (k * p + k * (k - 1) / 2)
-        w[1:] += engine.prefill_time(p)
-        out.append(w)
-    return out
+    return [engine.request_work(p, np.arange(n + 1, dtype=float)) for p, n in zip(problem.prompts, problem.lengths)]
 
 
 def request_load(problem: RolloutProblem, engine: EngineModel) -> tuple[list[np.ndarray], list[np.ndarray]]:

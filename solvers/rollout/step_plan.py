@@ -182,9 +182,7 @@ class SequencePlanner:
 
     def _work(self, k: np.ndarray, idx) -> np.ndarray:
         """The additive engine time of the first k tokens of the requests ``idx``."""
-        e, tl = self.problem.engine, self.timeline
-        prompts = tl.prompts[idx]
-        return e.c1_s * k + e.c2_s * (k * prompts + k * (k - 1) / 2) + np.where(k >= 1, tl.prefill[idx], 0.0)
+        return self.problem.engine.request_work(self.timeline.prompts[idx], k)
 
     def place(self, updates: list[list[int]], target: float) -> np.ndarray | None:
         """Finish steps meeting ``target`` (the backward pass), or None when none are found."""

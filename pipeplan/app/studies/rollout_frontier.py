@@ -43,8 +43,7 @@ def frontier_study(*, workloads=tuple(PRESETS), Rs=R_PAPER, frontiers=FRONTIERS,
         free = [dataclasses.replace(p, engine=dataclasses.replace(p.engine, c2_s=0.0)) for p in problems]
         cgp = mean(_end(p, "cgp") for p in problems)
         cgp_free = mean(_end(p, "cgp") for p in free)
-        # annealing only (no update-sequence search, some 30 s a run at R = 96): the 2-minute yardstick it was
-        plan = mean(_end(p, "step-plan", seed=s, sequence_moves=0) for s, p in enumerate(problems))
+        plan = mean(_end(p, "step-plan", seed=s) for s, p in enumerate(problems))
         for f in (f for f in frontiers if f < R):
             hard = mean(_end(p, "fgd-hard", frontier=f) for p in problems)
             soft = mean(_end(p, "fgd-soft", frontier=f) for p in problems)

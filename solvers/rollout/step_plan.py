@@ -42,6 +42,12 @@ LARGEST_MOVE = 10       # moves shift finish steps by +-2**0 .. 2**LARGEST_MOVE 
 TEMPERATURE = 0.005     # annealing's first temperature, relative to the train end (best of 0.002-0.01 on lsat-ar R = 32)
 
 
+def _per_step(start: np.ndarray, end: np.ndarray, weight, size: int) -> np.ndarray:
+    """Per step s < size - 1: the sum of ``weight`` (1 when None) over the requests running in
+    it (admitted at ``start`` <= s < ``end``), by a difference array."""
+    return np.cumsum(np.bincount(start, weight, minlength=size) - np.bincount(end, weight, minlength=size))[:-1]
+
+
 class StepTimeline:
     """Exact times of just-in-time plans on one engine (module docstring)."""
 
@@ -67,10 +73,9 @@ class StepTimeline:
         end = finish[self.group]
         start = end - self.lengths
         size = int(finish.max()) + 1
-        running = np.cumsum(np.bincount(start, minlength=size) - np.bincount(end, minlength=size))[:-1]
+        running = _per_step(start, end, None, size)
         # KV in use at step s: sum over running requests of prompt + (s - start)
-        base = np.cumsum(np.bincount(start, self.prompts - start, minlength=size)
-                         - np.bincount(end, self.prompts - start, minlength=size))[:-1]
+        base = _per_step(start, end, self.prompts - start, size)
         kv = base + np.arange(size - 1) * running
         cost = np.where(running > 0, e.c0_s + e.c1_s * running + e.c2_s * kv, 0.0)
         cost += np.bincount(start, self.prefill, minlength=size)[:-1]
@@ -93,14 +98,14 @@ class StepTimeline:
         lengths, prompts = self.lengths[requests], self.prompts[requests]
         start = end - lengths
         size = int(end.max()) + 1
-        running = np.cumsum(np.bincount(start, minlength=size) - np.bincount(end, minlength=size))[:-1]
+        running = _per_step(start, end, None, size)
         if running.max(initial=0) > e.max_num_seqs:
             return False
         if e.kv_mode == "reserve":
             weight, per_step = prompts + lengths, 0
         else:   # prompt + tokens so far, one more after the step
             weight, per_step = prompts - start + 1, 1
-        held = np.cumsum(np.bincount(start, weight, minlength=size) - np.bincount(end, weight, minlength=size))[:-1]
+        held = _per_step(start, end, weight, size)
         return (held + per_step * np.arange(size - 1) * running).max(initial=0) <= e.kv_capacity_tokens
 
     def train_end(self, finish: np.ndarray) -> float:

@@ -38,3 +38,49 @@ class Deadline:
     def check(self) -> None:
         if self.expired():
             raise OutOfTime
+
+
+GRACE_S = 1.0   # how long past its own time limit a guarded call may run before it is stopped
+
+
+def run_within(work, seconds: float, grace: float = GRACE_S):
+    """``work()``'s result, computed in a forked child process that is killed when it runs
+    ``grace`` seconds past ``seconds``; None then (or when the child dies). An exception
+    ``work`` raises is raised here.
+
+    Why a process. A native solver can loop past its own time limit where no interrupt reaches
+    it: HiGHS 1.16's MIP search did so on a 44-bucket step-bound model of a five-request round
+    (time_limit 5 s, still running after 120 s, ``cancelSolve`` ignored). Only killing the
+    process holds the caller's limit. ``work`` runs on a copy of the caller's memory; its
+    result must pickle."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def child():
+        try:
+            send.send((True, work()))
+        except Exception as err:       # noqa: BLE001 (raised again in the parent)
+            send.send((False, err))
+        finally:
+            send.close()
+
+    process = ctx.Process(target=child, daemon=True)
+    process.start()
+    send.close()
+    try:
+        answer = receive.recv() if receive.poll(max(0.0, seconds) + grace) else None
+    except EOFError:                   # the child died without an answer
+        answer = None
+    finally:
+        receive.close()
+        if process.is_alive():
+            process.kill()
+        process.join()
+    if answer is None:
+        return None
+    done, value = answer
+    if not done:
+        raise value
+    return value

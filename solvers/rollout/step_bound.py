@@ -68,6 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeplan.core.deadline import run_within
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 
 BUCKETS = 32          # default number of step buckets (HiGHS closes 32 at R = 32 in about 20 s)
@@ -218,23 +219,28 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
     lp.integrality_ = [highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous for t in integer]
     highs_banner_off()
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
-    h.setOptionValue("threads", max(1, int(threads)))
-    h.setOptionValue("mip_rel_gap", 1e-5)
-    h.passModel(lp)
-    h.run()
-    bound = h.getInfo().mip_dual_bound
-    closed = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-    placed = np.empty(0, dtype=int)
-    if h.getInfo().primal_solution_status == 2:              # a feasible solution is known
-        x = np.array(h.getSolution().col_value[:nx])
-        placed = np.zeros(R, dtype=int)
-        for (g, b), j in xs.items():
-            if x[j] > 0.5:
-                placed[g] = b
-    return (bound if math.isfinite(bound) and bound > 0 else 0.0), closed, placed
+
+    def solve():
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+        h.setOptionValue("threads", max(1, int(threads)))
+        h.setOptionValue("mip_rel_gap", 1e-5)
+        h.passModel(lp)
+        h.run()
+        bound = h.getInfo().mip_dual_bound
+        closed = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        placed = np.empty(0, dtype=int)
+        if h.getInfo().primal_solution_status == 2:              # a feasible solution is known
+            x = np.array(h.getSolution().col_value[:nx])
+            placed = np.zeros(R, dtype=int)
+            for (g, b), j in xs.items():
+                if x[j] > 0.5:
+                    placed[g] = b
+        return (bound if math.isfinite(bound) and bound > 0 else 0.0), closed, placed
+
+    # HiGHS can loop past its time limit (``run_within``): such a MILP proves nothing here
+    return run_within(solve, time_limit) or (0.0, False, np.empty(0, dtype=int))
 
 
 def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, buckets: int = BUCKETS,

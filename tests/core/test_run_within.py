@@ -1,0 +1,30 @@
+"""``run_within``: a call that may run past its own time limit, held to it by a child process."""
+import time
+
+import pytest
+
+from pipeplan.core.deadline import run_within
+
+
+def test_the_answer_comes_back_from_the_child():
+    assert run_within(lambda: {"bound": 1.5, "steps": [1, 2]}, 5.0) == {"bound": 1.5, "steps": [1, 2]}
+
+
+def test_a_call_past_its_limit_is_stopped_and_gives_none():
+    began = time.perf_counter()
+    assert run_within(lambda: time.sleep(60), 0.2, grace=0.2) is None
+    assert time.perf_counter() - began < 30       # stopped, not waited out
+
+
+def test_an_error_in_the_child_is_raised_in_the_caller():
+    def fail():
+        raise ValueError("no model")
+
+    with pytest.raises(ValueError, match="no model"):
+        run_within(fail, 5.0)
+
+
+def test_a_child_that_dies_gives_none():
+    import os
+
+    assert run_within(lambda: os._exit(3), 5.0) is None

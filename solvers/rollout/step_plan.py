@@ -81,38 +81,46 @@ class StepTimeline:
         cost += np.bincount(start, self.prefill, minlength=size)[:-1]
         return np.concatenate(([0.0], np.cumsum(cost))), start
 
-    def fits(self, finish: np.ndarray, requests: np.ndarray | None = None) -> bool:
-        """Whether the plan keeps to the engine's limits in every step: at most max_num_seqs
-        running, and their KV (on demand: after the step's token; reserve: whole footprints)
-        within the capacity. A plan that does not is delayed or retracted in the simulator.
-        ``requests``: only these (``finish`` then holds their finish steps)."""
+    def overflow(self, finish: np.ndarray, requests: np.ndarray | None = None) -> float:
+        """How far the plan breaks the engine's limits in its worst step, relative to them (0:
+        within): at most max_num_seqs running, and their KV (on demand: after the step's token;
+        reserve: whole footprints) within the capacity. A plan that breaks them is delayed or
+        retracted in the simulator. ``requests``: only these (``finish`` then holds their finish
+        steps)."""
         e = self.problem.engine
         if self.roomy:
-            return True
+            return 0.0
         if requests is None:
             requests, end = slice(None), finish[self.group]
         else:
             end = finish
         if not np.size(end):
-            return True
+            return 0.0
         lengths, prompts = self.lengths[requests], self.prompts[requests]
         start = end - lengths
         size = int(end.max()) + 1
         running = _per_step(start, end, None, size)
-        if running.max(initial=0) > e.max_num_seqs:
-            return False
         if e.kv_mode == "reserve":
             weight, per_step = prompts + lengths, 0
         else:   # prompt + tokens so far, one more after the step
             weight, per_step = prompts - start + 1, 1
-        held = _per_step(start, end, weight, size)
-        return (held + per_step * np.arange(size - 1) * running).max(initial=0) <= e.kv_capacity_tokens
+        held = _per_step(start, end, weight, size) + per_step * np.arange(size - 1) * running
+        return max(0.0, running.max(initial=0) / e.max_num_seqs - 1, held.max(initial=0) / e.kv_capacity_tokens - 1)
+
+    def fits(self, finish: np.ndarray, requests: np.ndarray | None = None) -> bool:
+        """Whether the plan keeps to the engine's limits in every step (``overflow`` is 0)."""
+        return self.overflow(finish, requests) == 0.0
 
     def train_end(self, finish: np.ndarray) -> float:
         """The plan's train end, the trainer taking groups in completion order; inf when the plan
         breaks the engine's limits (``fits``)."""
-        if not self.fits(finish):
-            return np.inf
+        return self.score(finish)[0]
+
+    def score(self, finish: np.ndarray) -> tuple[float, float]:
+        """(train end, inf when the plan breaks the limits; the train end as if it kept to them,
+        stretched by its ``overflow``: the figure the annealing walks on, so that a plan beyond
+        the limits is led back to them rather than wandering while every move scores inf)."""
+        over = self.overflow(finish)
         t, _ = self.step_times(finish)
         done = t[finish]
         order = np.argsort(done, kind="stable")
@@ -121,7 +129,7 @@ class StepTimeline:
             batch = order[k:k + n]
             k += n
             end = max(end, done[batch].max()) + tr.update_time(int(self.tokens[batch].sum()))
-        return end
+        return (end if over == 0.0 else np.inf), end * (1 + over)
 
     def plan(self, finish: np.ndarray) -> dict:
         t, start = self.step_times(finish)
@@ -271,11 +279,12 @@ class SequencePlanner:
 
 
 def anneal(timeline: StepTimeline, finish: np.ndarray, evaluations: int, rng: np.random.Generator,
-                 deadline: Deadline) -> tuple[float, np.ndarray, int]:
-    """Simulated annealing over finish steps: (best train end, its finish steps, evaluations
-    made). A worse move is kept with probability exp(-loss / T), T falling linearly from
-    ``TEMPERATURE`` x the current train end to 0."""
-    current = best = timeline.train_end(finish)
+           deadline: Deadline) -> tuple[float, np.ndarray, int]:
+    """Simulated annealing over finish steps: (best train end of a plan within the engine's
+    limits, inf when none was met; its finish steps; evaluations made). The walk is on
+    ``StepTimeline.score``'s stretched figure; a worse move is kept with probability
+    exp(-loss / T), T falling linearly from ``TEMPERATURE`` x the current figure to 0."""
+    best, current = timeline.score(finish)
     best_finish = finish
     lo, R = timeline.longest, finish.size
     done = 0
@@ -291,11 +300,11 @@ def anneal(timeline: StepTimeline, finish: np.ndarray, evaluations: int, rng: np
         else:
             trial[trial >= trial[g]] += shift
         np.maximum(trial, lo, out=trial)
-        value = timeline.train_end(trial)
+        value, walk = timeline.score(trial)
         temperature = TEMPERATURE * current * (1 - done / evaluations)
         done += 1
-        if value <= current or (temperature > 0 and rng.random() < np.exp((current - value) / temperature)):
-            finish, current = trial, value
+        if walk <= current or (temperature > 0 and rng.random() < np.exp((current - walk) / temperature)):
+            finish, current = trial, walk
             if value < best:
                 best, best_finish = value, trial
     return best, best_finish, done

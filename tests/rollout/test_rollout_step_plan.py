@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pipeplan
+from pipeplan.core.deadline import Deadline
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.replay import replay
@@ -17,7 +18,7 @@ from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
 from pipeplan.solvers.rollout.step_bound import step_bound
-from pipeplan.solvers.rollout.step_plan import SequencePlanner, StepTimeline, solve_step_plan
+from pipeplan.solvers.rollout.step_plan import SequencePlanner, StepTimeline, anneal, solve_step_plan
 from tests.rollout_helpers import random_rounds, small_round
 
 
@@ -138,10 +139,20 @@ def test_the_bound_holds_for_every_policy_and_the_planner_on_random_rounds(probl
     ends = [simulate(problem, make_policy(name)).metrics()["train_end_s"] for name in POLICIES]
     # the horizon stretched by an upper train end (here far above any schedule) keeps it valid
     for upper in (None, 3 * max(ends)):
-        bound = step_bound(problem, buckets=buckets, time_limit=10, upper=upper).bound_s
+        bound = step_bound(problem, buckets=buckets, time_limit=2, upper=upper).bound_s
         assert min(ends) >= bound - 1e-9
         planned = pipeplan.solve(problem, "step-plan", evaluations=200)
         assert planned.objectives["train_end_s"] >= bound - 1e-9
+
+
+def test_a_milp_highs_cannot_stop_leaves_the_bound_valid_and_the_limit_kept():
+    # found by the test above: from the refinement's 44-bucket MILP of this round, HiGHS 1.16
+    # loops past its time limit; the step bound stops it and keeps the bound of the MILPs before
+    p = small_round([[5], [4], [19], [19], [19]], [5, 2, 2, 1, 2], seqs=1, cap=62, c1=0.001, kv_mode="on_demand",
+                    per_token=0.001, optimizer=0.0, arrival=(0, 2, 4, 3, 1), retract_headroom_steps=20)
+    bound = step_bound(p, buckets=16, time_limit=10)
+    best = min(simulate(p, make_policy(name)).metrics()["train_end_s"] for name in POLICIES)
+    assert 0.95 * best <= bound.bound_s <= best + 1e-9
 
 
 def test_on_the_paper_engine_the_planner_beats_every_policy_and_the_bound_beats_the_analytic_one():
@@ -197,6 +208,31 @@ def test_a_plan_beyond_the_kv_cache_is_refused_by_the_timeline_and_not_run_by_th
     schedule = replay(p, timeline.plan(apart))
     assert schedule.metrics()["retractions"] == 0
     assert schedule.metrics()["train_end_s"] == pytest.approx(timeline.train_end(apart), rel=1e-9)
+
+
+def test_a_plan_beyond_the_cache_walks_on_its_train_end_stretched_by_its_overflow():
+    # at step 8 each of the four requests holds 2 + 7 + 1 KV tokens: 40 against 30, a third over
+    responses, prompts = [[8, 8], [8, 8]], [2, 2]
+    tight = StepTimeline(small_round(responses, prompts, seqs=4, cap=30, kv_mode="on_demand"))
+    roomy = StepTimeline(small_round(responses, prompts, seqs=4, cap=1000, kv_mode="on_demand"))
+    together = np.array([8, 8])
+    assert tight.overflow(together) == pytest.approx(1 / 3)
+    value, walk = tight.score(together)
+    assert value == np.inf and walk == pytest.approx(roomy.train_end(together) * 4 / 3)
+    assert tight.score(np.array([8, 20])) == (tight.train_end(np.array([8, 20])),) * 2
+
+
+def test_annealing_from_plans_beyond_the_cache_reaches_one_within_it():
+    # eight groups of four long requests, a cache for about eight of them: every group as early
+    # as it can finish breaks it more than twice over
+    rng = np.random.default_rng(3)
+    responses = rng.integers(60, 120, size=(8, 4)).tolist()
+    p = small_round(responses, [4] * 8, seqs=32, cap=8 * 125, c0=0.01, kv_mode="on_demand")
+    timeline = StepTimeline(p)
+    start = timeline.longest.copy()
+    assert timeline.overflow(start) > 1
+    value, finish, _ = anneal(timeline, start, 300, np.random.default_rng(0), Deadline(None))
+    assert np.isfinite(value) and timeline.fits(finish) and value == timeline.train_end(finish)
 
 
 def test_without_a_plan_within_the_limits_the_replay_stands_and_the_result_says_so():

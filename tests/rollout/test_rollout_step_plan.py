@@ -263,3 +263,16 @@ def test_several_rounds_or_engines_are_refused_in_one_line(change, field):
     with pytest.raises(InputError) as err:
         solve_step_plan(p)
     assert err.value.field == field
+
+
+def test_the_gap_study_places_each_setting_by_its_trainer_to_rollout_ratio():
+    from pipeplan.app.studies.rollout_optimum import optimum_gaps, optimum_gaps_markdown
+    rows = optimum_gaps(workloads=(), bound_Rs=(), cpsat_Rs=(), rhos=(0.25, 1, 4), engines=("real",),
+                        rho_workload="sci-jl", rho_R=4)
+    assert [r["regime"] for r in rows] == ["rollout-bound", "balanced", "trainer-bound"]
+    for r in rows:
+        assert r["rho_value"] == pytest.approx(r["rho"])
+        # the best schedule includes every online policy, and no schedule beats the bound
+        assert r["bound_s"] <= r["best_s"] <= r["online_s"] and r["online_ratio"] >= 1
+        assert r["online_over_bound"] == pytest.approx(r["online_s"] / r["bound_s"])
+    assert "- rollout-bound, real engine: best online / best at most" in optimum_gaps_markdown(rows, "test")

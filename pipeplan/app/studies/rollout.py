@@ -263,10 +263,14 @@ def linearized(problem: RolloutProblem) -> RolloutProblem:
     return dataclasses.replace(problem, engine=engine, name=problem.name + "-linear")
 
 
+def rho_of(sync_objectives: dict) -> float:
+    """rho: total trainer time / synchronous rollout makespan, from the ``sync`` policy's objectives."""
+    return sync_objectives["trainer_compute_s"] / sync_objectives["rollout_makespan_s"]
+
+
 def with_rho(problem: RolloutProblem, rho: float) -> tuple[RolloutProblem, float]:
-    """The round with its trainer scaled so that total trainer time / sync rollout makespan = rho."""
-    m = pipeplan.solve(problem, "sync").objectives
-    factor = rho * m["rollout_makespan_s"] / m["trainer_compute_s"]
+    """The round with its trainer scaled so that ``rho_of`` it is rho."""
+    factor = rho / rho_of(pipeplan.solve(problem, "sync").objectives)
     scaled = dataclasses.replace(problem, trainer=problem.trainer.scaled(factor), name=f"{problem.name}-rho{rho:g}")
     return scaled, factor
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pipeplan
-from pipeplan.app.studies.rollout import _when, linearized, with_rho
+from pipeplan.app.studies.rollout import _when, linearized, rho_of, with_rho
 from pipeplan.core.io import staged_folder, write_atomic
 from pipeplan.core.tables import csv_text, markdown_table
 from pipeplan.formulations.rollout.bounds import separate_bound, train_end_lower_bound
@@ -38,10 +38,10 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
     ``bound_time`` is not None, the CP-SAT flow-shop relaxation and the step-indexed bound, each
     for ``bound_time`` s)."""
     began = time.perf_counter()
-    ends = {name: pipeplan.solve(problem, name).objectives["train_end_s"] for name in POLICIES}
+    online = {name: pipeplan.solve(problem, name).objectives for name in POLICIES}
+    ends = {name: objectives["train_end_s"] for name, objectives in online.items()}
     online_policy = min(ends, key=ends.get)
-    synced = pipeplan.solve(problem, "sync").objectives
-    rho_value = synced["trainer_compute_s"] / synced["rollout_makespan_s"]
+    rho_value = rho_of(online["sync"])
     # beyond R = 32 no update-sequence search: its backward pass grows with R^2 (minutes at R = 96)
     moves, sequence = (PLAN_EVALUATIONS, 0) if bound_time is None else (PROOF_EVALUATIONS, SEQUENCE_MOVES)
     ends["step-plan"] = pipeplan.solve(problem, "step-plan", seed=seed, evaluations=moves,

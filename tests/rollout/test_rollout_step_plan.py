@@ -235,6 +235,31 @@ def test_annealing_from_plans_beyond_the_cache_reaches_one_within_it():
     assert np.isfinite(value) and timeline.fits(finish) and value == timeline.train_end(finish)
 
 
+class _StrictTimeline(StepTimeline):
+    """The walk without the stretched figure: plans beyond the limits score inf to the walk too."""
+
+    def score(self, finish):
+        value, _ = super().score(finish)
+        return value, value
+
+
+def test_once_a_plan_fits_the_walk_refuses_plans_beyond_the_limits():
+    # sixteen running requests and a cache for about five groups bind the best plans; from a plan
+    # within them the walk must be the strict one (the stretched walk strayed beyond the limits
+    # here and ended at 11.110 s against 10.920 s)
+    rng = np.random.default_rng(2)
+    responses = rng.integers(60, 120, size=(8, 4)).tolist()
+    p = small_round(responses, [4] * 8, seqs=16, cap=5 * 125, c0=0.01, c1=0.002, kv_mode="on_demand", U=1,
+                    optimizer=0.05, per_token=0.0005)
+    timeline, strict = StepTimeline(p), _StrictTimeline(p)
+    start = anneal(timeline, timeline.longest.copy(), 300, np.random.default_rng(0), Deadline(None))[1]
+    assert timeline.fits(start)
+    walked = anneal(timeline, start.copy(), 400, np.random.default_rng(5), Deadline(None))
+    plain = anneal(strict, start.copy(), 400, np.random.default_rng(5), Deadline(None))
+    assert walked[0] == plain[0] and np.array_equal(walked[1], plain[1])
+    assert walked[0] < timeline.train_end(start)
+
+
 def test_without_a_plan_within_the_limits_the_replay_stands_and_the_result_says_so():
     # every group as early as it can finish needs four requests' KV at once: no moves, no plan
     p = small_round([[8, 8], [8, 8]], [2, 2], seqs=4, cap=30, c0=0.01, kv_mode="on_demand")

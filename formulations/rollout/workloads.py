@@ -8,14 +8,19 @@ Lengths are heavy-tailed and correlated within a prompt: prompt g has a difficul
 ``mu_g ~ N(log median, sigma_prompt)``, its samples are ``exp(mu_g + sigma_sample * eps)``,
 rounded, at least 1, and truncated at ``max_response_tokens`` (a truncated response stops at
 the limit). ``sigma_prompt**2 + sigma_sample**2 = 1`` gives p99 about 10x the median before
-truncation, as the design notes ask.
+truncation, as the design notes ask. The split is measured: ``sigma_sample`` = 0.33 is the
+pooled within-prompt SD of log length over CASTILLO's 95 temperature-1.0 prompts (10 samples
+each; ``profiles/length_spread.py``; RL rollouts sample at temperature 1.0). Until 2026-12-03
+the presets split it 0.8 / 0.6, an unmeasured choice that left most groups holding one long
+sample (results/rollout/r32_miss.md: before / after).
 
 The paper publishes neither response lengths nor the max length nor the temperature; the
 medians below are calibrated so that the simulator matches the figures it does publish (see
 ``PRESETS``), and ``reproduce --max-response`` / the sensitivity table show what they move.
 
 Length tails (``TAILS``, ``preset_round(tail=...)``): ``paper`` is the preset's own lognormal;
-``light`` and ``heavy`` change the within-prompt spread; ``pareto`` draws each sample's factor
+``light`` (sigma_sample 0.15, about CASTILLO's spread at temperature 0.7) and ``heavy`` (1.0)
+change the within-prompt spread; ``pareto`` draws each sample's factor
 from a Pareto law (shape 1.5: infinite variance, so the max length truncates a visible share of
 samples, as long reasoning traces hitting the limit do). The medians stay the presets'; the
 tail shapes are our choice, not fitted to any figure.
@@ -74,25 +79,28 @@ class Workload:
         return dict(self.__dict__)
 
 
+SIGMA_SAMPLE = 0.33                               # measured: profiles/length_spread.py (CASTILLO)
+SIGMA_PROMPT = round(math.sqrt(1 - SIGMA_SAMPLE ** 2), 4)   # the rest of a unit log-variance
+
 _CALIBRATION = ("median calibrated so that the synchronous rollout of R = 96 lands in the paper's "
                 "509-543 s and an update takes about {upd} s (paper); prompt length: our estimate")
 
 # Which workload sits where in the paper's 509-543 s band is our choice; the paper gives the band.
 PRESETS: dict[str, Workload] = {
-    "lsat-ar": Workload("lsat-ar", 2100, 0.8, 0.6, 8192, 650, 0.25,
+    "lsat-ar": Workload("lsat-ar", 2147, SIGMA_PROMPT, SIGMA_SAMPLE, 8192, 650, 0.25,
                         "LSAT analytical reasoning: long logic-game prompts; " + _CALIBRATION.format(upd=12.2)),
-    "sci-xw": Workload("sci-xw", 2210, 0.8, 0.6, 8192, 280, 0.35,
+    "sci-xw": Workload("sci-xw", 2224, SIGMA_PROMPT, SIGMA_SAMPLE, 8192, 280, 0.35,
                        "science QA (XW): " + _CALIBRATION.format(upd=12.2)),
-    "sci-jl": Workload("sci-jl", 2460, 0.8, 0.6, 8192, 300, 0.35,
+    "sci-jl": Workload("sci-jl", 2417, SIGMA_PROMPT, SIGMA_SAMPLE, 8192, 300, 0.35,
                        "science QA (JL): " + _CALIBRATION.format(upd=12.2)),
-    "olyphys": Workload("olyphys", 1910, 0.8, 0.6, 8192, 1100, 0.3,
+    "olyphys": Workload("olyphys", 1928, SIGMA_PROMPT, SIGMA_SAMPLE, 8192, 1100, 0.3,
                         "olympiad physics: long problem statements (prompt sized so an update takes 13.3 s), " + _CALIBRATION.format(upd=13.3)),
 }
 
 # Within-prompt spread of each tail preset: (sigma_sample, Pareto shape or 0 for lognormal,
 # max response tokens or 0 for the preset's). See the module docstring.
 TAILS: dict[str, tuple[float, float, int]] = {
-    "paper": (0.0, 0.0, 0), "light": (0.3, 0.0, 0), "heavy": (1.0, 0.0, 16384), "pareto": (0.0, 1.5, 16384)}
+    "paper": (0.0, 0.0, 0), "light": (0.15, 0.0, 0), "heavy": (1.0, 0.0, 16384), "pareto": (0.0, 1.5, 16384)}
 
 # Slime launches every group's K requests concurrently, so requests reach SGLang's FCFS queue
 # group-major but interleaved with neighbouring groups; arrival key = group + U(0, jitter).

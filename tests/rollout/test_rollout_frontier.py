@@ -8,8 +8,9 @@ def test_a_sixteen_group_gate_beats_cgp_through_the_attention_term():
     rows = frontier_study(workloads=("sci-xw",), Rs=(32,), frontiers=(2, 16), seeds=1)
     narrow, gate = rows
     assert narrow["hard_gain"] > 0.3                       # two groups starve the engine
-    assert gate["hard_gain"] < -0.05                       # sci-xw R = 32, seed 0: -11.5%
-    assert gate["hard_gain_no_attention"] > gate["hard_gain"] + 0.05
+    assert gate["hard_gain"] < -0.02                       # sci-xw R = 32, seed 0: -3.7% (-11.5% with the
+                                                           # unmeasured within-prompt spread before 2026-12-03)
+    assert gate["hard_gain_no_attention"] > gate["hard_gain"] + 0.03     # +0.8% without the attention term
     assert abs(gate["soft_gain"]) < 0.01
     assert gate["step_plan_gain"] < gate["hard_gain"]      # the offline planner does better still
     md = frontier_markdown(rows, "pipeplan rollout frontier", 1)

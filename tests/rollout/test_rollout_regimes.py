@@ -17,8 +17,8 @@ from pipeplan.app.studies.rollout_regimes import (
     write_regimes,
 )
 
-PRESSURE = Regime(32, 60_000, "paper", rounds=4, staleness=1, retract_rule="sglang")
-PRESSURE_VLLM = Regime(32, 60_000, "paper", rounds=4, staleness=1, retract_rule="vllm")
+PRESSURE = Regime(64, 60_000, "paper", rounds=4, staleness=1, retract_rule="sglang")
+PRESSURE_VLLM = Regime(64, 60_000, "paper", rounds=4, staleness=1, retract_rule="vllm")
 PLAIN = Regime(32, 460_000, "paper")          # one round, the paper's KV, every feature off
 
 

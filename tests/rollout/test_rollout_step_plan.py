@@ -297,7 +297,8 @@ def test_the_gap_study_places_each_setting_by_its_trainer_to_rollout_ratio():
     assert [r["regime"] for r in rows] == ["rollout-bound", "balanced", "trainer-bound"]
     for r in rows:
         assert r["rho_value"] == pytest.approx(r["rho"])
-        # the best schedule includes every online policy, and no schedule beats the bound
-        assert r["bound_s"] <= r["best_s"] <= r["online_s"] and r["online_ratio"] >= 1
+        # the best schedule includes every online policy, and no schedule beats the bound (which can
+        # meet it: then the two differ by float rounding)
+        assert r["bound_s"] <= r["best_s"] * (1 + 1e-12) and r["best_s"] <= r["online_s"] and r["online_ratio"] >= 1
         assert r["online_over_bound"] == pytest.approx(r["online_s"] / r["bound_s"])
     assert "- rollout-bound, real engine: best online / best at most" in optimum_gaps_markdown(rows, "test")

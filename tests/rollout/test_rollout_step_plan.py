@@ -290,6 +290,14 @@ def test_several_rounds_or_engines_are_refused_in_one_line(change, field):
     assert err.value.field == field
 
 
+def test_a_ratio_on_a_regime_boundary_up_to_float_rounding_is_on_it():
+    from pipeplan.app.studies.rollout_optimum import regime_of
+    # what with_rho gave for rho 2 and 0.5 on lsat-ar R = 32
+    assert regime_of(1.9999999999999998) == "trainer-bound" and regime_of(0.49999999999999983) == "rollout-bound"
+    assert regime_of(0.50000000000000001) == "rollout-bound"
+    assert [regime_of(x) for x in (0.51, 1.0, 1.99)] == ["balanced"] * 3
+
+
 def test_the_gap_study_places_each_setting_by_its_trainer_to_rollout_ratio():
     from pipeplan.app.studies.rollout_optimum import optimum_gaps, optimum_gaps_markdown
     rows = optimum_gaps(workloads=(), bound_Rs=(), cpsat_Rs=(), rhos=(0.25, 1, 4), engines=("real",),

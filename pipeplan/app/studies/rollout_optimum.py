@@ -31,6 +31,15 @@ COLUMNS = ("workload", "R", "engine", "rho", "rho_value", "regime", "best_s", "b
            "cpsat_bound_s", "bound_s", "bound_source", "old_gap", "gap", "wall_s")
 
 
+def regime_of(rho_value: float) -> str:
+    """rollout-bound at or below ``ROLLOUT_BOUND``, trainer-bound at or above ``TRAINER_BOUND``,
+    balanced between. A relative 1e-9 counts as on the boundary: the sweep's rho is met only up
+    to float rounding (rho 2 came out as 1.9999999999999998 and was called balanced)."""
+    if rho_value <= ROLLOUT_BOUND * (1 + 1e-9):
+        return "rollout-bound"
+    return "trainer-bound" if rho_value >= TRAINER_BOUND * (1 - 1e-9) else "balanced"
+
+
 def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: float | None, threads: int,
             bound_time: float | None, seed: int = 0) -> dict:
     """One setting: every policy, the just-in-time planner (``PROOF_EVALUATIONS`` moves per start
@@ -63,8 +72,7 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
               "step-indexed": steps.bound_s if steps else 0.0}
     source = max(bounds, key=bounds.get)
     bound = bounds[source]
-    regime = ("rollout-bound" if rho_value <= ROLLOUT_BOUND else "trainer-bound" if rho_value >= TRAINER_BOUND
-              else "balanced")
+    regime = regime_of(rho_value)
     return {"workload": workload, "R": R, "engine": engine, "rho": rho, "rho_value": rho_value, "regime": regime,
             "best_s": best, "best_solver": best_solver, "online_s": ends[online_policy], "online_policy": online_policy,
             "online_ratio": ends[online_policy] / best, "online_over_bound": ends[online_policy] / bound if bound else None,

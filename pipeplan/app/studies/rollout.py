@@ -193,8 +193,9 @@ def _notes(records: list[dict]) -> list[str]:
                      "in the second half of the rollout; the trainer cannot start much of its work early. The "
                      "paper's max response length is not published: a longer one widens the reduction "
                      "(sensitivity table). r32_miss.md (`pipeplan rollout explain-r32`) changes one modelled "
-                     "effect at a time: no engine feature moves R = 32 into the band; a stronger within-prompt "
-                     "correlation of the lengths does.")
+                     "effect at a time: no engine feature moves R = 32 much; the within-prompt correlation of the "
+                     "lengths does (the presets take a measured one; the unmeasured split they had before left "
+                     "all four R = 32 settings below the band).")
     low_wait = [r for r in records if r["waiting_ratio_reduction"] < PAPER_BANDS["waiting_ratio_reduction"][0] - 0.005]
     if low_wait:
         names = ", ".join(f"{r['workload']} R={r['R']}" for r in low_wait)

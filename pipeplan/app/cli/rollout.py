@@ -332,7 +332,7 @@ def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "s
                  out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of fgd_frontier.md/.csv/.png")):
     """FGD's hard gate against CGP over the frontier width F_w on the paper's engine (full KV),
     with attention switched off as the control and the offline planner as the yardstick; writes
-    fgd_frontier.md/.csv/.png (about 2 min)."""
+    fgd_frontier.md/.csv/.png (about 5 min)."""
     from pipeplan.app.studies.rollout_frontier import COLUMNS, frontier_markdown, frontier_plot, frontier_study
     from pipeplan.core.io import write_atomic
     from pipeplan.core.tables import csv_text
@@ -417,7 +417,7 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
                                          help="folder of fgd_regimes.md/.csv and the plots")):
     """Where FGD matters: FGD, CGP, the engines' retract rules and the oracle policies over KV
     pressure x length tail x replicas x R x asynchrony, against the best schedule found and the
-    best bound; writes fgd_regimes.md/.csv and three plots (about 10 min on 2 cores)."""
+    best bound; writes fgd_regimes.md/.csv and three plots (about 6 min on 2 cores)."""
     from pipeplan.app.studies.rollout_regimes import regime_map, write_regimes
     from pipeplan.formulations.rollout.workloads import preset_round
 

@@ -42,6 +42,7 @@ from pipeplan.solvers.rollout.step_bound import step_bound
 
 EVALUATIONS = 3_000     # annealing moves tried from each start by default (about 0.3 ms each at R = 32)
 SEQUENCE_MOVES = 1_000  # update-sequence moves by default (about 3 ms each at R = 32)
+SEQUENCE_MAX_R = 32     # studies search sequences only up to this R: the backward pass grows with R^2 (minutes at 96)
 CLIMB_STEP = 0.02       # an improving sequence move is bisected at most this far (relative) below the last target
 LARGEST_MOVE = 10       # moves shift finish steps by +-2**0 .. 2**LARGEST_MOVE steps
 TEMPERATURE = 0.005     # annealing's first temperature, relative to the train end (best of 0.002-0.01 on lsat-ar R = 32)

@@ -20,7 +20,7 @@ from pipeplan.app.studies.rollout import _when
 from pipeplan.core.tables import markdown_table
 from pipeplan.formulations.rollout.workloads import K_PAPER as K
 from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
-from pipeplan.solvers.rollout.step_plan import SEQUENCE_MOVES
+from pipeplan.solvers.rollout.step_plan import SEQUENCE_MAX_R, SEQUENCE_MOVES
 
 FRONTIERS = (4, 8, 12, 16, 24, 32, 48)
 FIXED = 16        # the one width reported for every setting (no per-setting choice)
@@ -44,9 +44,7 @@ def frontier_study(*, workloads=tuple(PRESETS), Rs=R_PAPER, frontiers=FRONTIERS,
         free = [dataclasses.replace(p, engine=dataclasses.replace(p.engine, c2_s=0.0)) for p in problems]
         cgp = mean(_end(p, "cgp") for p in problems)
         cgp_free = mean(_end(p, "cgp") for p in free)
-        # beyond R = 32 no update-sequence search (as in optimum-gaps): its backward pass grows with
-        # R^2, minutes per round at R = 96
-        plan = mean(_end(p, "step-plan", seed=s, sequence_moves=SEQUENCE_MOVES if R <= 32 else 0)
+        plan = mean(_end(p, "step-plan", seed=s, sequence_moves=SEQUENCE_MOVES if R <= SEQUENCE_MAX_R else 0)
                     for s, p in enumerate(problems))
         for f in (f for f in frontiers if f < R):
             hard = mean(_end(p, "fgd-hard", frontier=f) for p in problems)

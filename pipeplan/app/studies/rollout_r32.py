@@ -26,6 +26,7 @@ from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import (
     PRESETS,
     R_PAPER,
+    SIGMA_SAMPLE,
     TAILS,
     QWEN3_1_7B_2xA100,
     Workload,
@@ -35,7 +36,7 @@ from pipeplan.formulations.rollout.workloads import (
 from pipeplan.solvers.rollout.online import make_policy
 
 BEFORE_SIGMA = 0.6           # the presets' within-prompt sigma until 2026-12-03 (unmeasured)
-SPLITS = (0.45, 0.2)         # sigma_sample of the other variance-split variants (the presets: measured, 0.33)
+SPLITS = (0.45, 0.2)         # sigma_sample of the other variance-split variants (the presets: SIGMA_SAMPLE)
 CALIBRATION_STEPS = 3        # secant steps on the median to hold the R = 96 sync rollout
 
 
@@ -62,8 +63,7 @@ def variants(seeds: int):
     half = dataclasses.replace(e, replicas=2, kv_capacity_tokens=e.kv_capacity_tokens // 2,
                                max_num_seqs=e.max_num_seqs // 2)
     same = lambda w: w  # noqa: E731
-    measured = PRESETS["lsat-ar"].sigma_sample
-    out = [("as calibrated (the presets)", f"within-prompt sigma {measured}, measured (CASTILLO, temperature 1.0)",
+    out = [("as calibrated (the presets)", f"within-prompt sigma {SIGMA_SAMPLE}, measured (CASTILLO, temperature 1.0)",
             e, same),
            (f"before: within-prompt sigma {BEFORE_SIGMA}", "the presets until 2026-12-03 (unmeasured split), median "
             "re-calibrated", e, lambda w: _split(w, BEFORE_SIGMA, seeds)),
@@ -160,7 +160,7 @@ def r32_markdown(rows: list[dict], command: str) -> str:
              "`late groups`: share of groups that complete in the second half of the rollout under CGP.", "",
              "## Reading", "",
              f"- After (the presets): the within-prompt spread is measured, sigma_sample "
-             f"{PRESETS['lsat-ar'].sigma_sample} (pooled SD of log length over CASTILLO's 95 temperature-1.0 prompts, "
+             f"{SIGMA_SAMPLE} (pooled SD of log length over CASTILLO's 95 temperature-1.0 prompts, "
              f"10 samples each; `profiles/length_spread.py`). R = 32 gets an end-time reduction of "
              f"{100 * summary[base][0]:.1f}% on average, {summary[base][1]}/12 settings in both bands, "
              f"{100 * summary[base][2]:.0f}% of the groups completing in the second half of the rollout.",

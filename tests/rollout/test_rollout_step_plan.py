@@ -210,6 +210,53 @@ def test_a_plan_beyond_the_kv_cache_is_refused_by_the_timeline_and_not_run_by_th
     assert schedule.metrics()["train_end_s"] == pytest.approx(timeline.train_end(apart), rel=1e-9)
 
 
+def test_a_plan_beyond_what_the_engine_reserves_at_admission_is_refused_though_its_kv_fits():
+    # two requests of 8 tokens hold at most 2 x (2 + 8) = 20 KV tokens of 110, but SGLang's
+    # admission check reserves 0.7 x 100 (max_new) for each: 2 x (2 + 70) = 144 at once
+    import dataclasses
+    p = dataclasses.replace(small_round([[8], [8]], [2, 2], seqs=4, cap=110, kv_mode="on_demand"),
+                            max_response_tokens=100)
+    timeline = StepTimeline(p)
+    together, apart = np.array([8, 8]), np.array([8, 16])
+    assert not timeline.fits(together)
+    planned_end = timeline.step_times(together)[0][8]
+    assert max(replay(p, timeline.plan(together)).finish_s) > planned_end + 0.05
+    assert timeline.fits(apart)
+    assert replay(p, timeline.plan(apart)).metrics()["train_end_s"] == pytest.approx(timeline.train_end(apart),
+                                                                                     rel=1e-9)
+
+
+def test_every_plan_the_timeline_keeps_replays_as_planned_under_the_reservation_check():
+    # random on-demand rounds where the reserve ratio decays within the round and the clip turns
+    # (min(max_new - generated, clip)) inside responses: a plan within the limits is never delayed
+    import dataclasses
+    rng = np.random.default_rng(7)
+    kept = refused_by_reservation = 0
+    for case in range(40):
+        R, K = int(rng.integers(2, 5)), int(rng.integers(1, 4))
+        responses = rng.integers(1, 30, size=(R, K)).tolist()
+        prompts = rng.integers(1, 6, size=R).tolist()
+        max_new = 40
+        p = small_round(responses, prompts, seqs=R * K, cap=int(rng.integers(45, 160)),
+                        c0=0.01, c1=0.001, kv_mode="on_demand", reserve_ratio_decay_steps=int(rng.integers(1, 30)),
+                        reserve_clip_tokens=int(rng.integers(5, 40)))
+        p = dataclasses.replace(p, max_response_tokens=max_new)
+        timeline = StepTimeline(p)
+        for _ in range(5):
+            finish = timeline.longest + rng.integers(0, 15, R)
+            if not timeline.fits(finish):
+                e = p.engine
+                loose = StepTimeline(dataclasses.replace(p, engine=dataclasses.replace(
+                    e, reserve_ratio_init=0.0, reserve_ratio_min=0.0)))
+                refused_by_reservation += loose.fits(finish)
+                continue
+            kept += 1
+            schedule = replay(p, timeline.plan(finish))
+            assert schedule.metrics()["retractions"] == 0, case
+            assert schedule.metrics()["train_end_s"] == pytest.approx(timeline.train_end(finish), rel=1e-9), case
+    assert kept >= 40 and refused_by_reservation >= 10
+
+
 def test_a_plan_beyond_the_cache_walks_on_its_train_end_stretched_by_its_overflow():
     # at step 8 each of the four requests holds 2 + 7 + 1 KV tokens: 40 against 30, a third over
     responses, prompts = [[8, 8], [8, 8]], [2, 2]

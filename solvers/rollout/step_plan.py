@@ -10,7 +10,9 @@ kv``, prefills stalling the decode) with numpy difference arrays, and the train 
 trainer taking groups in completion order; a plan that runs more requests at once than the
 engine's batch or KV limits allow scores inf (the simulator would delay or retract them: before
 this check, at lsat-ar R = 32, rho 0.5, the plan of least planned train end, 204.4 s, replayed
-at 213.6 s; plans kept within the limits replay as planned, 204.2-204.5 s). ``SequencePlanner`` finds the
+at 213.6 s; plans kept within the limits replay as planned, 204.2-204.5 s). On demand the limits
+include SGLang's admission check, which reserves room for every running request's tokens to
+come (``StepTimeline._reserved``): a plan whose KV fits can still have admissions delayed by it. ``SequencePlanner`` finds the
 best plan of a given update sequence exactly (a backward pass) and searches sequences from
 Johnson's order. Simulated annealing moves finish steps (one group, two groups, or every group
 from some step on) from each start; it is deterministic for a seed and a number of evaluations.
@@ -19,8 +21,8 @@ overflow of them (``score``), so a start beyond them (every group as early as it
 R = 64 / 96 on the paper's engine) is led back within them: when every such plan scored inf the
 walk was blind until it happened on one, and at lsat-ar R = 96 10,000 moves ended at 592.7 s,
 against 565.1 s with the stretched walk.
-The best plan is replayed in the simulator, whose figures stand (its KV admission check, which
-reserves room for tokens still to come, may delay an admission; the replay says).
+The best plan is replayed in the simulator, whose figures stand (a plan the timeline keeps
+replays as planned; one beyond the limits, when no start or move met them, may not).
 
 Known response lengths: an oracle, like CP-SAT's offline model.
 """
@@ -124,8 +126,9 @@ class StepTimeline:
         up for the requests running in it (``simulator``'s ``fits``: KV in use before the step, plus
         ``ratio x min(max_new - generated, reserve_clip_tokens)`` per request, the ratio decaying
         with the decode steps run); 0 at the other steps. Without this a plan that kept the KV
-        within the capacity still had admissions delayed in the replay: sci-xw R = 32, planned
-        294.8 s, replayed 310.3 s, 53 admissions late by up to 19 s."""
+        within the capacity still had admissions delayed in the replay: at sci-xw R = 32 a plan of
+        297.0 s replayed at 310.0 s (53 admissions late, by up to 19 s), the study's best plan of
+        294.8 s at 310.3 s."""
         e = self.problem.engine
         s = np.arange(size - 1)
         in_use = _per_step(start, end, prompts - start, size) + s * running

@@ -56,6 +56,45 @@ def _per_step(start: np.ndarray, end: np.ndarray, weight, size: int) -> np.ndarr
     return np.cumsum(np.bincount(start, weight, minlength=size) - np.bincount(end, weight, minlength=size))[:-1]
 
 
+class _Running:
+    """Sums over the requests running at given steps (request i runs in steps start_i <= s <
+    end_i), by sorted starts and ends: what ``StepTimeline.overflow`` needs at a few hundred
+    steps without arrays over every step."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray):
+        self.start, self.end = start, end
+        self.by_start, self.by_end = np.argsort(start, kind="stable"), np.argsort(end, kind="stable")
+        self.starts, self.ends = start[self.by_start], end[self.by_end]
+        self.last = int(end.max(initial=0))
+
+    def _split(self, steps):
+        return np.searchsorted(self.starts, steps, "right"), np.searchsorted(self.ends, steps, "right")
+
+    def count(self, steps: np.ndarray) -> np.ndarray:
+        begun, ended = self._split(steps)
+        return begun - ended        # a request that has ended has begun
+
+    def total(self, weight: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The sum of ``weight`` over the requests running at each of ``steps``."""
+        begun, ended = self._split(steps)
+        return (np.concatenate(([0.0], np.cumsum(weight[self.by_start])))[begun]
+                - np.concatenate(([0.0], np.cumsum(weight[self.by_end])))[ended])
+
+    def busy_before(self, steps: np.ndarray) -> np.ndarray:
+        """How many steps before each of ``steps`` someone runs in (the engine's decode steps:
+        idle steps run none)."""
+        if not self.start.size:
+            return np.zeros(np.shape(steps))
+        reach = np.maximum.accumulate(self.end[self.by_start])          # merged runs of busy steps
+        fresh = np.concatenate(([True], self.starts[1:] > reach[:-1]))
+        block_start = self.starts[fresh]
+        block_end = reach[np.append(np.flatnonzero(fresh)[1:] - 1, reach.size - 1)]
+        before = np.concatenate(([0], np.cumsum(block_end - block_start)))
+        k = np.searchsorted(block_start, steps, "right") - 1
+        inside = np.clip(np.minimum(block_end[k], steps) - block_start[k], 0, None)
+        return np.where(k >= 0, before[np.maximum(k, 0)] + inside, 0)
+
+
 class StepTimeline:
     """Exact times of just-in-time plans on one engine (module docstring)."""
 
@@ -94,10 +133,14 @@ class StepTimeline:
 
     def overflow(self, finish: np.ndarray, requests: np.ndarray | None = None) -> float:
         """How far the plan breaks the engine's limits in its worst step, relative to them (0:
-        within): at most max_num_seqs running, and their KV (on demand: after the step's token;
-        reserve: whole footprints) within the capacity. A plan that breaks them is delayed or
-        retracted in the simulator. ``requests``: only these (``finish`` then holds their finish
-        steps)."""
+        within): at most max_num_seqs running, their KV (on demand: after the step's token;
+        reserve: whole footprints) within the capacity and, on demand, what the admission check
+        reserves (``_reserved``). A plan that breaks them is delayed or retracted in the
+        simulator. ``requests``: only these (``finish`` then holds their finish steps).
+
+        Only the steps where a maximum can lie are looked at (``_Running``): admissions for the
+        batch, the reservation and reserved footprints, the last step of a request for KV that
+        grows a token per step. Per step, this took 2-3 times as long as the rest of a score."""
         e = self.problem.engine
         if self.roomy:
             return 0.0
@@ -109,38 +152,35 @@ class StepTimeline:
             return 0.0
         lengths, prompts = self.lengths[requests], self.prompts[requests]
         start = end - lengths
-        size = int(end.max()) + 1
-        running = _per_step(start, end, None, size)
+        run = _Running(start, end)
+        admit = start[start < run.last]                 # steps that admit a request someone runs past
+        worst = run.count(admit).max(initial=0) / e.max_num_seqs
         if e.kv_mode == "reserve":
-            weight, per_step = prompts + lengths, 0
-        else:   # prompt + tokens so far, one more after the step
-            weight, per_step = prompts - start + 1, 1
-        held = _per_step(start, end, weight, size) + per_step * np.arange(size - 1) * running
-        worst = max(running.max(initial=0) / e.max_num_seqs, held.max(initial=0) / e.kv_capacity_tokens)
-        if e.kv_mode == "on_demand":
-            worst = max(worst, self._reserved(start, end, prompts, running, size).max(initial=0) / e.kv_capacity_tokens)
-        return max(0.0, worst - 1)
+            held = run.total(prompts + lengths, admit)
+        else:   # prompt + tokens so far, one more after the step: largest in a request's last step
+            last = end[lengths > 0] - 1
+            held = run.total(prompts - start + 1, last) + last * run.count(last)
+            held = np.append(held, self._reserved(run, start, prompts, admit))
+        return max(0.0, worst - 1, held.max(initial=0) / e.kv_capacity_tokens - 1)
 
-    def _reserved(self, start, end, prompts, running, size) -> np.ndarray:
-        """On demand, at each step that admits a request: what the engine's admission check adds
-        up for the requests running in it (``simulator``'s ``fits``: KV in use before the step, plus
+    def _reserved(self, run: "_Running", start, prompts, admit) -> np.ndarray:
+        """On demand, at each step in ``admit``: what the engine's admission check adds up for the
+        requests running in it (``simulator``'s ``fits``: KV in use before the step, plus
         ``ratio x min(max_new - generated, reserve_clip_tokens)`` per request, the ratio decaying
-        with the decode steps run); 0 at the other steps. Without this a plan that kept the KV
-        within the capacity still had admissions delayed in the replay: at sci-xw R = 32 a plan of
-        297.0 s replayed at 310.0 s (53 admissions late, by up to 19 s), the study's best plan of
-        294.8 s at 310.3 s."""
+        with the decode steps run). Without this a plan that kept the KV within the capacity
+        still had admissions delayed in the replay: at sci-xw R = 32 a plan of 297.0 s replayed
+        at 310.0 s (53 admissions late, by up to 19 s), the study's best plan of 294.8 s at
+        310.3 s."""
         e = self.problem.engine
-        s = np.arange(size - 1)
-        in_use = _per_step(start, end, prompts - start, size) + s * running
+        in_use = run.total(prompts - start, admit) + admit * run.count(admit)
         # min(max_new - generated, clip) = min(max_new, clip) - (generated - (max_new - clip)^+)^+
         turn = start + max(0, self.max_new - e.reserve_clip_tokens)
-        ramp = np.minimum(turn, end)
-        over = _per_step(ramp, end, -turn.astype(float), size) + s * _per_step(ramp, end, None, size)
-        ran = np.cumsum(running > 0) - (running > 0)            # decode steps run before step s (idle steps run none)
+        ramp = turn < run.end
+        past = _Running(turn[ramp], run.end[ramp])
+        over = past.total(-turn[ramp].astype(float), admit) + admit * past.count(admit)
         decay = (e.reserve_ratio_init - e.reserve_ratio_min) / e.reserve_ratio_decay_steps
-        ratio = np.maximum(e.reserve_ratio_min, e.reserve_ratio_init - decay * ran)
-        admits = np.bincount(start, minlength=size)[:-1] > 0
-        return np.where(admits, in_use + ratio * (min(self.max_new, e.reserve_clip_tokens) * running - over), 0.0)
+        ratio = np.maximum(e.reserve_ratio_min, e.reserve_ratio_init - decay * run.busy_before(admit))
+        return in_use + ratio * (min(self.max_new, e.reserve_clip_tokens) * run.count(admit) - over)
 
     def fits(self, finish: np.ndarray, requests: np.ndarray | None = None) -> bool:
         """Whether the plan keeps to the engine's limits in every step (``overflow`` is 0)."""
@@ -188,8 +228,11 @@ def seeds(problem: RolloutProblem, timeline: StepTimeline) -> dict[str, np.ndarr
 
 
 def _latest(test, lo: int, hi: int) -> int:
-    """The largest step in [lo, hi] passing ``test`` (which ``lo`` passes), by bisection:
-    exact for a test that holds up to some step and fails after it."""
+    """The largest step in [lo, hi] passing ``test`` (which ``lo`` passes): ``hi`` when it passes
+    (the common case for the engine's limits, one call instead of a bisection's dozen), else by
+    bisection: exact for a test that holds up to some step and fails after it."""
+    if lo < hi and test(hi):
+        return hi
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if test(mid) else (lo, mid - 1)

@@ -18,7 +18,7 @@ from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
 from pipeplan.solvers.rollout.step_bound import step_bound
-from pipeplan.solvers.rollout.step_plan import SequencePlanner, StepTimeline, anneal, solve_step_plan
+from pipeplan.solvers.rollout.step_plan import SequencePlanner, StepTimeline, _Running, anneal, solve_step_plan
 from tests.rollout_helpers import random_rounds, small_round
 
 
@@ -208,6 +208,22 @@ def test_a_plan_beyond_the_kv_cache_is_refused_by_the_timeline_and_not_run_by_th
     schedule = replay(p, timeline.plan(apart))
     assert schedule.metrics()["retractions"] == 0
     assert schedule.metrics()["train_end_s"] == pytest.approx(timeline.train_end(apart), rel=1e-9)
+
+
+def test_sums_over_running_requests_match_a_step_by_step_count():
+    # idle gaps, zero-length requests and shared steps included
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        n = int(rng.integers(0, 12))
+        start = rng.integers(0, 40, n)
+        end = start + rng.integers(0, 10, n)
+        weight = rng.normal(size=n)
+        run, steps = _Running(start, end), np.arange(-1, 55)
+        on = (start[None, :] <= steps[:, None]) & (steps[:, None] < end[None, :])
+        assert np.array_equal(run.count(steps), on.sum(axis=1))
+        assert np.allclose(run.total(weight, steps), on @ weight)
+        busy = on.any(axis=1)
+        assert np.array_equal(run.busy_before(steps), [busy[:k].sum() for k in range(steps.size)])
 
 
 def test_a_plan_beyond_what_the_engine_reserves_at_admission_is_refused_though_its_kv_fits():

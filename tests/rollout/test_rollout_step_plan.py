@@ -18,7 +18,7 @@ from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
 from pipeplan.solvers.rollout.step_bound import step_bound
-from pipeplan.solvers.rollout.step_plan import SequencePlanner, StepTimeline, _Running, anneal, solve_step_plan
+from pipeplan.solvers.rollout.step_plan import SequencePlanner, StepTimeline, _Running, anneal, seeds, solve_step_plan
 from tests.rollout_helpers import random_rounds, small_round
 
 
@@ -378,3 +378,30 @@ def test_the_gap_study_places_each_setting_by_its_trainer_to_rollout_ratio():
         assert r["bound_s"] <= r["best_s"] * (1 + 1e-12) and r["best_s"] <= r["online_s"] and r["online_ratio"] >= 1
         assert r["online_over_bound"] == pytest.approx(r["online_s"] / r["bound_s"])
     assert "- rollout-bound, real engine: best online / best at most" in optimum_gaps_markdown(rows, "test")
+
+
+def _best_replay(problem, timeline, rng, moves):
+    walks = [(*anneal(timeline, s, moves, rng, Deadline(None))[:2], name)
+             for name, s in seeds(problem, timeline).items()]
+    value, finish, _ = min(walks, key=lambda w: (w[0], w[2]))
+    return value, replay(problem, timeline.plan(finish)).metrics()["train_end_s"]
+
+
+@pytest.mark.parametrize("R, cap, ratio", [(8, 90_000, 0.7), (10, 120_000, 0.7), (8, 90_000, 1.0)])
+def test_where_the_reservation_binds_the_plan_replaying_first_of_both_walks_stands(R, cap, ratio):
+    # the walks within every limit and within the batch and KV limits alone, redone here from
+    # their own random streams: the planner returns the one whose replay ends first and says
+    # which limits its planned figure kept to
+    import dataclasses
+    p = preset_round("sci-jl", R, seed=1)
+    p = dataclasses.replace(p, engine=dataclasses.replace(p.engine, kv_capacity_tokens=cap, reserve_ratio_init=ratio))
+    r = pipeplan.solve(p, "step-plan", evaluations=300, sequence_moves=0)
+    strict = _best_replay(p, StepTimeline(p), np.random.default_rng(0), 300)
+    loose = _best_replay(p, StepTimeline(p, reservation=False), np.random.default_rng([0, 2]), 300)
+    assert not StepTimeline(p).roomy
+    assert r.objectives["train_end_s"] == pytest.approx(min(strict[1], loose[1]), rel=1e-9)
+    if loose[1] < strict[1] * (1 - 1e-9):
+        assert r.params["planned_within"] == "the batch and KV limits"
+        assert r.params["planned_train_end_s"] == pytest.approx(loose[0])
+    elif np.isfinite(strict[0]):
+        assert r.params["planned_within"] == "every limit" and r.objectives["train_end_s"] == pytest.approx(strict[0])

@@ -332,7 +332,7 @@ def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "s
                  out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of fgd_frontier.md/.csv/.png")):
     """FGD's hard gate against CGP over the frontier width F_w on the paper's engine (full KV),
     with attention switched off as the control and the offline planner as the yardstick; writes
-    fgd_frontier.md/.csv/.png (about 5 min)."""
+    fgd_frontier.md/.csv/.png (about 17 min)."""
     from pipeplan.app.studies.rollout_frontier import COLUMNS, frontier_markdown, frontier_plot, frontier_study
     from pipeplan.core.io import write_atomic
     from pipeplan.core.tables import csv_text

@@ -402,6 +402,21 @@ def anneal(timeline: StepTimeline, finish: np.ndarray, evaluations: int, rng: np
     return best, best_finish, done
 
 
+def _walks(timeline: StepTimeline, starts: dict[str, np.ndarray], evaluations: int, rng: np.random.Generator,
+           deadline: Deadline) -> list[tuple[float, str, np.ndarray, int]]:
+    """``anneal`` from every start in turn on one random stream: (best planned train end, start's
+    name, its finish steps, moves made) per start."""
+    walks = []
+    for name, start in starts.items():
+        value, finish, done = anneal(timeline, start, evaluations, rng, deadline)
+        walks.append((value, name, finish, done))
+    return walks
+
+
+def _planned_then_name(walk) -> tuple[float, str]:
+    return walk[0], walk[1]
+
+
 @register("rollout", "step-plan",
           description="offline: group finish steps, requests admitted just in time; update-sequence search and "
                       "simulated annealing on the exact engine timeline, replayed (known lengths)")
@@ -421,7 +436,6 @@ def solve_step_plan(problem, *, evaluations: int = EVALUATIONS, sequence_moves: 
     clock = Deadline(time_limit)
     timeline = StepTimeline(problem)
     rng = np.random.default_rng(seed)
-    found = []
     starts, climbed = seeds(problem, timeline), 0
     if sequence_moves:
         planner = SequencePlanner(timeline)
@@ -430,21 +444,17 @@ def solve_step_plan(problem, *, evaluations: int = EVALUATIONS, sequence_moves: 
                                            clock)
         if finish is not None:
             starts["sequence"] = finish
-    for name, start in starts.items():
-        value, finish, done = anneal(timeline, start, evaluations, rng, clock)
-        found.append((value, name, finish, done))
-    value, name, finish, _ = min(found, key=lambda f: (f[0], f[1]))
+    found = _walks(timeline, starts, evaluations, rng, clock)
+    value, name, finish, _ = min(found, key=_planned_then_name)
     schedule, limits = replay(problem, timeline.plan(finish)), "every limit"
     if timeline.reservation and not timeline.roomy:
         # the same walks within the batch and KV limits alone (their own random stream), the
         # replay delaying the admissions SGLang's reservation refuses; the plan whose replay
         # ends first stands (module docstring)
-        loose, loose_rng, walks = StepTimeline(problem, reservation=False), np.random.default_rng([seed, 2]), []
-        for other, start in starts.items():
-            v, f, done = anneal(loose, start, evaluations, loose_rng, clock)
-            walks.append((v, other, f, done))
+        loose = StepTimeline(problem, reservation=False)
+        walks = _walks(loose, starts, evaluations, np.random.default_rng([seed, 2]), clock)
         found += walks
-        v, other, f, _ = min(walks, key=lambda w: (w[0], w[1]))
+        v, other, f, _ = min(walks, key=_planned_then_name)
         alternative = replay(problem, loose.plan(f))
         if alternative.metrics()["train_end_s"] < schedule.metrics()["train_end_s"] * (1 - 1e-9):   # not float noise
             value, name, schedule, limits = v, other, alternative, "the batch and KV limits"

@@ -187,8 +187,9 @@ def _plain(value):
 
 def execute(run: Run) -> dict:
     """Solve one run in this process and return its record (never raises). Besides the result's
-    figures the record holds ``exact`` (the solver's kind: only an exact solver's bound is a
-    certified one), ``stopped_by`` ("work", "time" or None: which limit cut the run short) and
+    figures the record holds ``exact`` (the solver's kind: an exact solver's bound is a
+    certified one), ``bound_proven`` (the run proved its bound although its solver is not exact:
+    ``step-plan`` with ``prove_s``), ``stopped_by`` ("work", "time" or None: which limit cut the run short) and
     ``params`` (what the solver ran with and reports, e.g. its work limit and the work done)."""
     import pipeplan
     from pipeplan.core.result import library_versions
@@ -205,6 +206,7 @@ def execute(run: Run) -> dict:
                        "objectives": result.objectives, "bound": result.bound, "gap": result.gap,
                        "wall_time_s": result.wall_time_s, "message": result.message,
                        "stopped_by": result.stopped_by, "params": _plain(result.params),
+                       "bound_proven": bool(result.params.get("bound_proven")),
                        "front": [p.get("objectives", {}) for p in result.front],
                        "versions": result.versions})
     except Exception as exc:  # a crashed run is a record, not the end of the suite

@@ -135,3 +135,18 @@ def test_bench_records_say_which_limit_stopped_each_run(tmp_path):
     _, gap_row = rows(md.splitlines(), "a311d/inception_v1")
     assert gap_row[2].startswith(f"{100 * (dp - ref) / dp:.1f}% / ")
     assert gap_row[1].endswith("/ work limit")
+
+
+def test_a_proven_bound_of_a_non_exact_solver_counts_an_analytic_one_does_not():
+    """step-plan with ``prove_s`` reports HiGHS's dual bound (``bound_proven``): the reference;
+    a policy's analytic bound, higher here, is not."""
+    from pipeplan.app.report import _reference
+
+    def run(solver, end, bound, *, exact=False, proven=False):
+        return {"solver": solver, "exact": exact, "bound_proven": proven, "objectives": {"train_end_s": end},
+                "bound": {"train_end_s": bound}}
+
+    records = [run("cpsat", 240.0, 200.0, exact=True), run("step-plan", 230.0, 221.0, proven=True),
+               run("cgp", 260.0, 225.0)]
+    assert _reference(records, "train_end_s") == (221.0, "lb")
+    assert _reference(records[:1] + records[2:], "train_end_s") == (200.0, "lb")

@@ -143,6 +143,8 @@ def test_the_bound_holds_for_every_policy_and_the_planner_on_random_rounds(probl
         assert min(ends) >= bound - 1e-9
         planned = pipeplan.solve(problem, "step-plan", evaluations=200)
         assert planned.objectives["train_end_s"] >= bound - 1e-9
+        # never worse than an online policy: where its own plan replays later, the best one stands
+        assert planned.objectives["train_end_s"] <= min(ends) * (1 + 1e-9)
 
 
 def test_a_milp_highs_cannot_stop_leaves_the_bound_valid_and_the_limit_kept():
@@ -333,8 +335,24 @@ def test_without_a_plan_within_the_limits_the_replay_stands_and_the_result_says_
     p = small_round([[8, 8], [8, 8]], [2, 2], seqs=4, cap=30, c0=0.01, kv_mode="on_demand")
     r = pipeplan.solve(p, "step-plan", evaluations=0, sequence_moves=0)
     assert r.params["planned_train_end_s"] is None and "no plan within the engine's limits" in r.message
-    assert r.objectives["train_end_s"] == pytest.approx(replay(p, StepTimeline(p).plan(np.array([8, 8])))
-                                                        .metrics()["train_end_s"])
+    walked = replay(p, StepTimeline(p).plan(np.array([8, 8]))).metrics()["train_end_s"]
+    policies = {name: simulate(p, make_policy(name)).metrics()["train_end_s"] for name in POLICIES}
+    assert r.objectives["train_end_s"] == pytest.approx(min(walked, *policies.values()))
+    if r.params["fallback"]:        # an online policy's schedule ends first and stands, said so
+        assert policies[r.params["fallback"]] < walked and "ends first" in r.message
+    else:
+        assert walked <= min(policies.values())
+
+
+def test_where_no_just_in_time_plan_fits_the_best_online_policy_stands():
+    # tiny-3: the KV holds one sample of a group at a time, so no group's samples can finish together
+    from pipeplan.instances.rollout import load_instance
+    p = load_instance("rollout/tiny-3")
+    r = pipeplan.solve(p, "step-plan")
+    cgp = simulate(p, make_policy("cgp")).metrics()["train_end_s"]
+    assert r.params["planned_train_end_s"] is None and r.params["fallback"] is not None
+    assert r.objectives["train_end_s"] <= cgp and r.objectives["train_end_s"] < replay(
+        p, StepTimeline(p).plan(StepTimeline(p).longest.copy())).metrics()["train_end_s"]
 
 
 @pytest.mark.parametrize("field", ["evaluations", "sequence_moves"])
@@ -399,7 +417,11 @@ def test_where_the_reservation_binds_the_plan_replaying_first_of_both_walks_stan
     strict = _best_replay(p, StepTimeline(p), np.random.default_rng(0), 300)
     loose = _best_replay(p, StepTimeline(p, reservation=False), np.random.default_rng([0, 2]), 300)
     assert not StepTimeline(p).roomy
-    assert r.objectives["train_end_s"] == pytest.approx(min(strict[1], loose[1]), rel=1e-9)
+    policy = min(simulate(p, make_policy(name)).metrics()["train_end_s"] for name in POLICIES)
+    assert r.objectives["train_end_s"] == pytest.approx(min(strict[1], loose[1], policy), rel=1e-9)
+    assert (r.params["fallback"] is not None) == (policy < min(strict[1], loose[1]) * (1 - 1e-9))
+    if r.params["fallback"]:
+        return
     if loose[1] < strict[1] * (1 - 1e-9):
         assert r.params["planned_within"] == "the batch and KV limits"
         assert r.params["planned_train_end_s"] == pytest.approx(loose[0])

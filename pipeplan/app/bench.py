@@ -189,8 +189,9 @@ def execute(run: Run) -> dict:
     """Solve one run in this process and return its record (never raises). Besides the result's
     figures the record holds ``exact`` (the solver's kind: an exact solver's bound is a
     certified one), ``bound_proven`` (the run proved its bound although its solver is not exact:
-    ``step-plan`` with ``prove_s``), ``stopped_by`` ("work", "time" or None: which limit cut the run short) and
-    ``params`` (what the solver ran with and reports, e.g. its work limit and the work done)."""
+    ``step-plan`` with ``prove_s``), ``stopped_by`` ("work", "time" or None: which limit cut the
+    run short) and ``params`` (what the solver ran with and reports, e.g. its work limit and the
+    work done)."""
     import pipeplan
     from pipeplan.core.result import library_versions
 

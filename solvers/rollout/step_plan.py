@@ -428,7 +428,7 @@ def _best_policy(problem: RolloutProblem):
     first in ``POLICIES``). The planner returns it where its own plan replays later: where no
     just-in-time plan keeps to the engine's limits (a group's samples cannot all run at once:
     rollout/tiny-3, 33.6 s against CGP's 26.0 s), or where the moves did not lead back within
-    them (sci-jl R = 96 with 3,000 moves: 854.3 s against CGP's 730.7 s)."""
+    them (sci-jl R = 96 with 3,000 moves: 854.3 s; ``fifo``'s schedule, 675.8 s, stands)."""
     runs = [(name, simulate(problem, make_policy(name))) for name in POLICIES]
     return min(runs, key=lambda run: run[1].metrics()["train_end_s"])
 

@@ -3,8 +3,8 @@ report.md, with one section per system and PNG plots.
 
 Mapping: per instance, each solver's period, its ratio to the instance's certified reference
 (the best proven optimum, else the best lower bound an exact solver, or a run that proved its
-bound, reported, flagged), its gap to that same reference, time and status; a Pareto plot of the NSGA-II front and every
-solver's plan. Other systems contribute their own sections through ``SECTIONS`` (tables and
+bound, reported, flagged), its gap to that same reference, time and status; a Pareto plot of
+the NSGA-II front and every solver's plan. Other systems contribute their own sections through ``SECTIONS`` (tables and
 plots built from their records).
 
 Gaps are the report's own, never a record's ``gap``: a heuristic's record carries its gap to

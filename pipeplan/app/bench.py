@@ -31,6 +31,7 @@ import fnmatch
 import json
 import multiprocessing as mp
 import os
+import signal
 import socket
 import sys
 import time
@@ -219,8 +220,21 @@ def execute(run: Run) -> dict:
 
 
 def _child(run: Run, conn) -> None:
+    # its own process group, so that killing the run kills what it started too (the child
+    # process ``core.deadline.run_within`` runs HiGHS in)
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
     conn.send(execute(run))
     conn.close()
+
+
+def _kill(proc) -> None:
+    """Kill a run's process and every process it started (its process group, ``_child``)."""
+    if hasattr(os, "killpg"):
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.kill()
+    proc.join()
 
 
 def _stopped(run: Run, why: str, elapsed: float) -> dict:
@@ -234,38 +248,48 @@ def _stopped(run: Run, why: str, elapsed: float) -> dict:
 
 
 def run_local(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace_s: float = GRACE_S) -> None:
-    """Each run in its own process (at most ``jobs`` at once), killed past its limit + grace."""
+    """Each run in its own process (at most ``jobs`` at once), killed past its limit + grace.
+
+    The run processes are not daemonic: a daemonic process may not start one, and the
+    step-indexed bound runs HiGHS in a child (``core.deadline.run_within``; in the full suite of
+    2026-12-04 every ``step-plan`` run with ``prove_s`` failed so). Each is its own process
+    group, killed with what it started; any still running when this returns by an exception
+    (Ctrl-C, a failed write) are killed too."""
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     pending = list(runs)
     active: list[tuple[Run, mp.Process, object, float]] = []
-    while pending or active:
-        while pending and len(active) < jobs:
-            run = pending.pop(0)
-            recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(run, send), daemon=True)
-            proc.start()
-            send.close()
-            active.append((run, proc, recv, time.perf_counter()))
-        time.sleep(0.02)
-        still = []
-        for run, proc, recv, started in active:
-            elapsed = time.perf_counter() - started
-            if recv.poll():
-                try:
-                    record = recv.recv()
-                except EOFError:
-                    record = _stopped(run, "error", elapsed)
-                proc.join()
-                on_record(record)
-            elif not proc.is_alive():
-                on_record(_stopped(run, "error", elapsed))
-            elif elapsed > run.time_limit * 1.1 + grace_s:
-                proc.kill()
-                proc.join()
-                on_record(_stopped(run, "time_limit", elapsed))
-            else:
-                still.append((run, proc, recv, started))
-        active = still
+    try:
+        while pending or active:
+            while pending and len(active) < jobs:
+                run = pending.pop(0)
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(run, send))
+                proc.start()
+                send.close()
+                active.append((run, proc, recv, time.perf_counter()))
+            time.sleep(0.02)
+            still = []
+            for run, proc, recv, started in active:
+                elapsed = time.perf_counter() - started
+                if recv.poll():
+                    try:
+                        record = recv.recv()
+                    except EOFError:
+                        record = _stopped(run, "error", elapsed)
+                    proc.join()
+                    on_record(record)
+                elif not proc.is_alive():
+                    on_record(_stopped(run, "error", elapsed))
+                elif elapsed > run.time_limit * 1.1 + grace_s:
+                    _kill(proc)
+                    on_record(_stopped(run, "time_limit", elapsed))
+                else:
+                    still.append((run, proc, recv, started))
+            active = still
+    finally:
+        for _, proc, _, _ in active:
+            if proc.is_alive():
+                _kill(proc)
 
 
 def _ray():

@@ -152,3 +152,46 @@ def test_time_limit_section_reports_the_worst_solve_per_solver():
             if line.startswith("| mapping")}
     assert rows["cpsat"] == ["2", "1", "1.04", "0.40"]
     assert rows["heft"] == ["1", "0", "0.01", "0.00"]
+
+
+def test_a_run_that_starts_a_process_of_its_own_is_recorded(tmp_path):
+    # step-plan's proof runs HiGHS in a child process (core.deadline.run_within): the bench's run
+    # processes must be allowed children (the full suite of 2026-12-04 recorded "daemonic
+    # processes are not allowed to have children" for every such run); the proof counts
+    body = ('[[rollout]]\ninstances = ["rollout/tiny-1"]\nsolvers = ["step-plan"]\ntime_limit = 30\n'
+            'params = {evaluations = 200, prove_s = 5.0}\n')
+    out = tmp_path / "out"
+    run_suite(suite_file(tmp_path, body), out, jobs=2)
+    (record,) = read_records(out / "runs.jsonl")
+    assert record["termination"] == "completed", record["message"]
+    assert record["bound_proven"] is True and record["params"]["step_bound_s"] > 0
+
+
+def test_a_killed_run_takes_the_processes_it_started_with_it(tmp_path, scratch_registry):
+    import os
+
+    from pipeplan.core.deadline import run_within
+
+    pid_file = tmp_path / "grandchild.pid"
+
+    @register("mapping", "test-hang-in-child")
+    def hang(problem):
+        def forever():
+            pid_file.write_text(str(os.getpid()))
+            time.sleep(300)
+        run_within(forever, 300)
+
+    body = ('[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["test-hang-in-child"]\n'
+            'time_limit = 1\n')
+    run_suite(suite_file(tmp_path, body), tmp_path / "out", grace_s=2.0)
+    (record,) = read_records(tmp_path / "out" / "runs.jsonl")
+    assert record["termination"] == "time_limit"
+    grandchild = int(pid_file.read_text())
+    for _ in range(100):        # reaped by init once killed; gone within a moment
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the run's child process {grandchild} outlived the killed run")

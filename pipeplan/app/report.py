@@ -4,8 +4,8 @@ report.md, with one section per system and PNG plots.
 Mapping: per instance, each solver's period, its ratio to the instance's certified reference
 (the best proven optimum, else the best lower bound an exact solver, or a run that proved its
 bound, reported, flagged), its gap to that same reference, time and status; a Pareto plot of
-the NSGA-II front and every solver's plan. Other systems contribute their own sections through ``SECTIONS`` (tables and
-plots built from their records).
+the NSGA-II front and every solver's plan. Other systems contribute their own sections through
+``SECTIONS`` (tables and plots built from their records).
 
 Gaps are the report's own, never a record's ``gap``: a heuristic's record carries its gap to
 the formulation's analytic bound, which is weak (a heuristic at the proven optimum shows a
@@ -58,7 +58,8 @@ def _reference(rs: list[dict], key: str, stored: dict | None = None) -> tuple[fl
     (``stored``, a row of results/mapping/optima.csv) or the best proven optimum of the runs
     ("opt"), else the best certified lower bound known, from the stored row, an exact solver's
     run or a run that proved its bound ("lb"; records that say ``exact`` or ``bound_proven``),
-    never above the best value found; (None, "-") when nothing certifies one. A heuristic's bound (the formulation's analytic one) never counts."""
+    never above the best value found; (None, "-") when nothing certifies one. A heuristic's
+    bound (the formulation's analytic one) never counts."""
     proven = [r["objectives"][key] for r in rs if r.get("quality") == "proven_optimal" and r["objectives"].get(key)]
     if stored and stored.get("status") == "optimal" and stored.get("value"):
         proven.append(stored["value"])

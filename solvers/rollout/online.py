@@ -14,6 +14,7 @@ from pipeplan.solvers.rollout.common import scored_result
 from pipeplan.solvers.rollout.policies import (
     CgpPolicy,
     DeadlinePolicy,
+    DeferPolicy,
     FgdPolicy,
     FifoPolicy,
     LongestFirstPolicy,
@@ -32,6 +33,8 @@ POLICIES = {
     "shortest-first": (ShortestFirstPolicy, "oracle: shortest known response first, with CGP"),
     "deadline": (DeadlinePolicy, "oracle: least laxity to the trainer's projected need of each group, with CGP"),
     "slack": (SlackPolicy, "oracle: by group's longest response - alpha x own response (alpha 0.5), with CGP"),
+    "defer": (DeferPolicy, "oracle: slack's order, the cheapest groups of each round held to its end "
+                           "(how many: chosen per round by simulating it), with CGP"),
 }
 TAKES_FRONTIER = ("fgd-hard", "fgd-soft")
 
@@ -48,9 +51,14 @@ def make_policy(name: str, staleness: int = 0, **params):
 
 def _register(name: str, description: str):
     """Register policy ``name``; the frontier policies declare ``frontier`` (F_w groups), ``slack``
-    its ``alpha``, every policy ``staleness``."""
+    its ``alpha``, ``defer`` its ``held`` groups (the count it chose is ``params["chosen"]``),
+    ``alpha`` and ``time_limit`` (for choosing), every policy ``staleness``."""
     def run(problem, params: dict):
-        return scored_result(problem, name, simulate(problem, make_policy(name, **params)), params=params)
+        policy = make_policy(name, **params)
+        schedule = simulate(problem, policy)
+        if name == "defer":
+            params = {**params, "chosen": policy.chosen}
+        return scored_result(problem, name, schedule, params=params)
 
     if name in TAKES_FRONTIER:
         def solve(problem, *, frontier: int = 2, staleness: int = 0):
@@ -58,6 +66,11 @@ def _register(name: str, description: str):
     elif name == "slack":
         def solve(problem, *, alpha: float = 0.5, staleness: int = 0):
             return run(problem, {"alpha": alpha, **({"staleness": staleness} if staleness else {})})
+    elif name == "defer":
+        def solve(problem, *, held: int | str = "auto", alpha: float = 0.5, staleness: int = 0,
+                  time_limit: float | None = None):
+            return run(problem, {"held": held, "alpha": alpha, "time_limit": time_limit,
+                                 **({"staleness": staleness} if staleness else {})})
     else:
         def solve(problem, *, staleness: int = 0):
             return run(problem, {"staleness": staleness} if staleness else {})

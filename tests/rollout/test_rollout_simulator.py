@@ -17,6 +17,7 @@ from pipeplan.formulations.rollout.schedule import Update
 from pipeplan.formulations.rollout.simulator import decode_time, simulate, steps_until
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
+from pipeplan.solvers.rollout.policies import DeferPolicy
 from tests.rollout_helpers import small_round
 
 ONLINE = [s.name for s in solvers("rollout") if not s.exact and s.name != "step-plan"]
@@ -139,6 +140,65 @@ def test_slack_orders_by_group_longest_minus_alpha_times_own_length():
         assert [i for i, _ in s.admissions] == sorted(range(p.n_requests), key=lambda i: (key[i], i))
     # alpha 0: the easier group (longest 5) entirely before the harder one (longest 8)
     assert [i for i, _ in simulate(p, make_policy("slack", alpha=0.0)).admissions][:3] == [0, 1, 2]
+
+
+def _first_admissions(schedule) -> dict[int, float]:
+    first = {}
+    for i, t in schedule.admissions:
+        first.setdefault(i, t)
+    return first
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_defer_admits_the_cheapest_groups_of_each_round_last(rounds):
+    p = dataclasses.replace(preset_round("lsat-ar", 32, seed=0), rounds=rounds)
+    n, held = p.groups_per_round, 5
+    s = simulate(p, make_policy("defer", held=held))
+    assert check(p, s) == []
+    first = _first_admissions(s)
+    for r in range(rounds):
+        groups = range(r * n, (r + 1) * n)
+        cheapest = set(sorted(groups, key=lambda g: (p.group_tokens[g], g))[:held])
+        late = [first[i] for g in cheapest for i in p.group_requests(g)]
+        early = [first[i] for g in set(groups) - cheapest for i in p.group_requests(g)]
+        # the engine admits in the policy's order and never overtakes: a held request waits for
+        # every other request of its round (on demand: retractions re-admit later, first admissions do not)
+        assert min(late) >= max(early) - 1e-9
+
+
+def test_defer_holding_none_is_slack():
+    p = preset_round("olyphys", 32, seed=1)
+    assert simulate(p, make_policy("defer", held=0)).admissions == simulate(p, make_policy("slack")).admissions
+
+
+def test_defer_chooses_the_count_whose_round_ends_first():
+    from pipeplan.app.studies.rollout import linearized
+
+    p = linearized(preset_round("lsat-ar", 32, seed=0))
+    r = pipeplan.solve(p, "defer")
+    counts = DeferPolicy().candidates(p)
+    assert counts == list(range(32))          # every count up to 33 of them
+    ends = {held: simulate(p, make_policy("defer", held=held)).metrics()["train_end_s"] for held in counts}
+    assert r.params["chosen"] in counts
+    assert r.objectives["train_end_s"] == pytest.approx(min(ends.values()), rel=1e-12)
+    assert r.objectives["train_end_s"] == pytest.approx(ends[r.params["chosen"]], rel=1e-12)
+    # here holding some groups back beats slack's order (held = 0) by more than 2%
+    assert r.params["chosen"] > 0 and r.objectives["train_end_s"] < 0.98 * ends[0]
+    # without time to choose, it is slack
+    quick = pipeplan.solve(p, "defer", time_limit=1e-9)
+    assert quick.params["chosen"] == 0 and quick.objectives["train_end_s"] == pytest.approx(ends[0], rel=1e-12)
+
+
+def test_defer_counts_beyond_33_are_spread_evenly():
+    counts = DeferPolicy().candidates(preset_round("lsat-ar", 96, seed=0))
+    assert len(counts) == 33 and counts[0] == 0 and counts[-1] == 95 and counts == sorted(set(counts))
+    assert DeferPolicy().candidates(small_round([[1], [2], [3]])) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("held", ["many", -1, True, 2.5])
+def test_defer_rejects_a_count_that_is_not_one(held):
+    with pytest.raises(ValueError, match="held"):
+        make_policy("defer", held=held)
 
 
 def test_sync_trains_after_the_whole_round_in_prompt_order():

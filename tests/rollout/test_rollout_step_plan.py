@@ -395,7 +395,11 @@ def test_the_gap_study_places_each_setting_by_its_trainer_to_rollout_ratio():
         # meet it: then the two differ by float rounding)
         assert r["bound_s"] <= r["best_s"] * (1 + 1e-12) and r["best_s"] <= r["online_s"] and r["online_ratio"] >= 1
         assert r["online_over_bound"] == pytest.approx(r["online_s"] / r["bound_s"])
-    assert "- rollout-bound, real engine: best online / best at most" in optimum_gaps_markdown(rows, "test")
+        # the rule policies leave out the self-tuned one, so they end no earlier
+        assert r["rule_policy"] != "defer" and r["rule_s"] >= r["online_s"]
+        assert r["rule_ratio"] == pytest.approx(r["rule_s"] / r["best_s"])
+    md = optimum_gaps_markdown(rows, "test")
+    assert "- rollout-bound, real engine: best online / best at most" in md and "Rule policies alone: at most" in md
 
 
 def _best_replay(problem, timeline, rng, moves):

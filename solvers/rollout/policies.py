@@ -121,15 +121,17 @@ class DeferPolicy(OrderPolicy):
     their short requests fill the KV cache the long requests of the other groups leave free as
     they end, so holding them back costs the engine little. CP-SAT's plans on the linear engine
     do this (lsat-ar R = 32, rho 0.5: its two last groups are admitted from 141 s on, of a 258 s
-    rollout). How many groups to hold depends on the round: at lsat-ar rho 0.5 (linear engine)
-    10-12 of 32 do best, 8 or 20 lose most of the gain, and sci-xw's best count is 0. No count
-    follows from the round's size alone, so ``held="auto"`` (the default) picks it per round by
-    simulating the round with each count: every count 0..n-1 (n groups per round) up to 33 of
-    them, else 33 spread evenly from 0 to n-1 (a simulation takes about 2 ms at R = 32 and 0.9 s
-    at R = 2,000); the least train end wins, the smaller count on a
-    tie. That is a search over a one-parameter family with the true lengths and the engine model,
-    so its figure is what a length predictor could reach at best, like the other oracle
-    policies'. ``time_limit`` stops the search (count 0, i.e. ``slack``, is always tried)."""
+    rollout). How many groups to hold depends on the round, and not smoothly: on the linear
+    engine at lsat-ar R = 32, rho 0.5, 10-12 of 32 do best (286.6 s against slack's 296.4 s)
+    while 8 or 20 lose most of the gain (291.8, 295.9 s); on sci-xw's, 24 do best (464.6 s
+    against 484.6 s) and 12 are worse than none (505.3 s). No count follows from the round's
+    size alone, so ``held="auto"`` (the default) picks it per round by simulating the round with
+    each count: every count 0..n-1 (n groups per round) up to 33 of them, else 33 spread evenly
+    from 0 to n-1 (a simulation takes about 2 ms at R = 32 and 0.9 s at R = 2,000); the least
+    train end wins, the smaller count on a tie. That is a search over a one-parameter family with
+    the true lengths and the engine model, so its figure is what a length predictor could reach
+    at best, like the other oracle policies'. ``time_limit`` stops the search (count 0, i.e.
+    ``slack``, is always tried)."""
 
     name = "defer"
     CANDIDATES = 33

@@ -27,8 +27,8 @@ PROOF_EVALUATIONS = 20_000  # where the slow bounds run (R = 32); with the updat
 SELF_TUNED = ("defer",)      # policies that pick their parameter by simulating the round (a search, not a rule)
 ROLLOUT_BOUND, TRAINER_BOUND = 0.5, 2.0   # rho at or below / at or above: one side takes at least twice the other's time
 COLUMNS = ("workload", "R", "engine", "rho", "rho_value", "regime", "best_s", "best_solver", "online_s", "online_policy",
-           "online_ratio", "online_over_bound", "rule_s", "rule_policy", "rule_ratio", "cpsat_s", "cpsat_status", "old_bound_s",
-           "fast_bound_s", "chain_bound_s", "chain_closed", "step_plan_s", "step_bound_s", "step_bound_buckets",
+           "online_ratio", "online_over_bound", "rule_s", "rule_policy", "rule_ratio", "cpsat_s", "cpsat_status",
+           "old_bound_s", "fast_bound_s", "chain_bound_s", "chain_closed", "step_plan_s", "step_bound_s", "step_bound_buckets",
            "cpsat_bound_s", "bound_s", "bound_source", "old_gap", "gap", "wall_s")
 
 

@@ -86,6 +86,11 @@ class Policy:
     def planned_updates(self) -> list[list[int]] | None:
         return None
 
+    def settled(self) -> dict:
+        """Parameters the policy settled on itself in its last run, for the result's params
+        (``defer``'s count); none by default."""
+        return {}
+
 
 @dataclass(frozen=True)
 class Segment:

@@ -56,9 +56,7 @@ def _register(name: str, description: str):
     def run(problem, params: dict):
         policy = make_policy(name, **params)
         schedule = simulate(problem, policy)
-        if name == "defer":
-            params = {**params, "chosen": policy.chosen}
-        return scored_result(problem, name, schedule, params=params)
+        return scored_result(problem, name, schedule, params={**params, **policy.settled()})
 
     if name in TAKES_FRONTIER:
         def solve(problem, *, frontier: int = 2, staleness: int = 0):

@@ -164,12 +164,15 @@ class DeferPolicy(OrderPolicy):
         self.chosen = self._tuned(problem) if self.held == "auto" else self.held
         n, K = problem.groups_per_round, problem.K
         tokens = problem.group_tokens
-        held = set()
+        late = set()
         for first in range(0, problem.R, n):
             cheapest = sorted(range(first, first + n), key=lambda g: (tokens[g], g))
-            held.update(cheapest[:self.chosen])
+            late.update(cheapest[:self.chosen])
         rank = {i: j for j, i in enumerate(self.base.order(problem))}
-        return sorted(range(problem.n_requests), key=lambda i: (i // K // n, i // K in held, rank[i]))
+        return sorted(range(problem.n_requests), key=lambda i: (i // K // n, i // K in late, rank[i]))
+
+    def settled(self) -> dict:
+        return {"chosen": self.chosen}
 
 
 class FgdPolicy(NativePolicy):

@@ -444,7 +444,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
                      out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of optimum_gaps.md/.csv")):
     """How tight the offline optimum is: the best schedule any solver finds against the best
     proven lower bound, per workload and R on the real and the linear engine, and along a rho
-    sweep; writes optimum_gaps.md/.csv (about 61 min on 2 cores with the defaults)."""
+    sweep; writes optimum_gaps.md/.csv (about 75 min on 2 cores with the defaults)."""
     from pipeplan.app.studies.rollout_optimum import optimum_gaps, write_optimum_gaps
     from pipeplan.formulations.rollout.workloads import preset_round
 

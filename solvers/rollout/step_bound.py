@@ -154,7 +154,8 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
     R, tr, nb = problem.R, problem.trainer, starts.size
     U = max(problem.update_sizes())
     longest = [max(r) if r else 0 for r in problem.response_tokens]
-    last = np.append(starts[1:] - 1, np.inf if last_step is None else last_step).astype(float)   # each bucket's last step
+    # the last step of each bucket
+    last = np.append(starts[1:] - 1, np.inf if last_step is None else last_step).astype(float)
     table = _forced_table(problem, work, starts, last)
     toks, kv = request_load(problem, engine)
     tok_table = _forced_table(problem, toks, starts, last)

@@ -325,11 +325,11 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
         starts = np.union1d(starts, [(starts[b] + ends[b]) // 2 for b in split])
     ranges = 0
     if branch_s > 0 and upper is not None and engine.c0_s > 0 and longest < reach and best < upper * (1 - BRANCH_GAP):
-        value, ranges, found = _branch_last_step(problem, engine, work, (longest, reach), best, upper, buckets,
-                                                 total, threads)
+        value, ranges, found, closed = _branch_last_step(problem, engine, work, (longest, reach), best, upper,
+                                                         buckets, total, threads)
         orders += found
         if value > best:
-            best, best_closed = value, True
+            best, best_closed = value, closed
     return StepBound(best * (1 - BOUND_TOL), best_closed, int(starts.size), width, rounds, ranges, tuple(orders))
 
 
@@ -342,10 +342,11 @@ def _order(problem: RolloutProblem, placed: np.ndarray) -> list[tuple[int, ...]]
 
 
 def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: tuple[int, int], base: float,
-                      upper: float, buckets: int, clock, threads: int) -> tuple[float, int, list]:
+                      upper: float, buckets: int, clock, threads: int) -> tuple[float, int, list, bool]:
     """Branching on the round's last finish step F (some group's): (the least bound over the
-    ranges of F, ranges, the solutions' orders). F lies in ``span`` = [the longest response, the
-    step from which c0 F + all the work + the least update already passes ``upper``); each range
+    ranges of F, ranges, the solutions' orders, whether HiGHS closed every range's MILP). F lies
+    in ``span`` = [the longest response, the step from which c0 F + all the work + the least
+    update already passes ``upper``); each range
     [a, b] gets its own MILP (``last_step``): every group completes by b, one in [a, b], over
     ``buckets`` buckets, so every step before a is reached (the single-range MILP's weakest
     point: its LP relaxation lets a fraction of a group reach a step, at lsat-ar R = 32 202-204 s
@@ -355,7 +356,13 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
     lo, hi = span
     edges = np.unique(np.linspace(lo, hi, BRANCH_RANGES + 1).astype(int))
     ranges = [[base, int(a), int(b) - 1, False] for a, b in pairwise(edges)]
-    orders = []
+    orders, closed_all = [], True
+
+    def solve(leaf):
+        _, a, b, _ = leaf
+        starts = np.unique(np.append(np.linspace(0, a, buckets - 1, endpoint=False).astype(int), a))
+        return _solve_buckets(problem, engine, work, starts, clock.remaining(), 1, last_step=b)
+
     while not clock.expired():
         pending = [r for r in ranges if not r[3]]
         if not pending:
@@ -366,15 +373,12 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
             middle = (a + b) // 2
             ranges[0:1] = [[value, a, middle, False], [value, middle + 1, b, False]]
             continue
-        def solve(leaf):
-            _, a, b, _ = leaf
-            starts = np.unique(np.append(np.linspace(0, a, buckets - 1, endpoint=False).astype(int), a))
-            return _solve_buckets(problem, engine, work, starts, clock.remaining(), 1, last_step=b)
-
         batch = pending[:max(1, threads)]       # one single-threaded MILP per thread, each in its own process
         with ThreadPoolExecutor(len(batch)) as pool:
-            for leaf, (value, _, placed) in zip(batch, pool.map(solve, batch)):
+            for leaf, (value, closed, placed) in zip(batch, pool.map(solve, batch)):
                 orders += _order(problem, placed)
+                closed_all &= closed
                 leaf[0], leaf[3] = max(leaf[0], value), True
     beyond = engine.c0_s * hi + sum(w[-1] for w in work) + problem.trainer.update_time(min(problem.group_tokens))
-    return min(beyond, *(r[0] for r in ranges)), len(ranges), orders
+    closed_all &= all(r[3] for r in ranges)
+    return min(beyond, *(r[0] for r in ranges)), len(ranges), orders, closed_all

@@ -34,6 +34,10 @@ that does), that schedule is returned instead and ``params["fallback"]`` names t
 CP-SAT returns its hint when its own plan replays worse: the planner is never worse than the
 best online policy (within its time limit, if one is given: ``_best_policy``).
 
+With ``prove_s`` the step-indexed bound also runs, and its MILP solutions, groups in bucket
+order, are planned as update sequences (``guided_plan``); that plan stands where its replay ends
+first (lsat-ar R = 32, real engine: 228.1-228.6 s against 229.5 s from the walks).
+
 Known response lengths: an oracle, like CP-SAT's offline model.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
-from pipeplan.solvers.rollout.step_bound import step_bound
+from pipeplan.solvers.rollout.step_bound import _solve_buckets, least_last_update, request_work, step_bound
 from pipeplan.solvers.rollout.step_plan import (
     SequencePlanner,
     StepTimeline,
@@ -444,14 +444,39 @@ def test_where_the_reservation_binds_the_plan_replaying_first_of_both_walks_stan
 @pytest.mark.parametrize("workload", ["lsat-ar", "olyphys"])
 def test_branching_on_the_last_step_lifts_a_coarse_bound_and_stays_below_the_plan(workload):
     # twelve buckets leave the single MILP > 10% below the planner's schedule; one MILP per range
-    # of the round's last step brings it within 1.5% of it (lsat-ar: 60.5 -> 69.4 s against
-    # 70.4 s; olyphys 97.1 -> 108.8 s against 114.0 s in 9 s), and it stays a bound
+    # of the round's last step lifts it by more than 5 s, and it stays a bound
     p = preset_round(workload, 8)
     planned = pipeplan.solve(p, "step-plan", evaluations=1000, sequence_moves=100).objectives["train_end_s"]
     single = step_bound(p, buckets=12, time_limit=10, refine=False, upper=planned)
     branched = step_bound(p, buckets=12, time_limit=60, refine=False, upper=planned, branch_s=50)
     assert single.bound_s < 0.9 * planned and branched.ranges >= 4
     assert single.bound_s + 5.0 < branched.bound_s <= planned + 1e-9
+
+
+def test_a_range_milp_with_a_target_proves_it_exactly_when_its_optimum_reaches_it():
+    # the decision the branching asks: below the range's closed optimum the target is proven (and
+    # returned), above it the figure is no more than the optimum (HiGHS found a schedule below)
+    p = preset_round("lsat-ar", 8)
+    work = request_work(p)
+    longest = max(max(r) for r in p.response_tokens)
+    starts = np.unique(np.append(np.linspace(0, longest + 300, 11, endpoint=False).astype(int), longest + 300))
+    optimum, closed, _ = _solve_buckets(p, p.engine, work, starts, 30, 1, last_step=longest + 500)
+    assert closed
+    below, proven, _ = _solve_buckets(p, p.engine, work, starts, 30, 1, last_step=longest + 500, cutoff=0.99 * optimum)
+    assert proven and below == pytest.approx(0.99 * optimum)
+    above, decided, placed = _solve_buckets(p, p.engine, work, starts, 30, 1, last_step=longest + 500,
+                                            cutoff=1.01 * optimum)
+    assert above <= optimum * (1 + 1e-6) and placed.size == p.R
+
+
+@pytest.mark.parametrize("U", [2, 3])
+def test_the_least_last_update_is_the_least_over_the_groups_it_can_hold(U):
+    import dataclasses
+    p = preset_round("olyphys", 8)
+    p = dataclasses.replace(p, trainer=dataclasses.replace(p.trainer, groups_per_update=U))
+    n = p.update_sizes()[-1]
+    brute = min(p.trainer.update_time(sum(p.group_tokens[g] for g in c)) for c in itertools.combinations(range(p.R), n))
+    assert least_last_update(p) == pytest.approx(brute)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -250,6 +250,13 @@ def _floats(text: str, name: str) -> list[float]:
     return values
 
 
+def _engines(text: str) -> list[str]:
+    kinds = [e.strip() for e in text.split(",") if e.strip()]
+    if not kinds or any(e not in ("real", "linear") for e in kinds):
+        raise InputError("--engines", "", f"expected real and/or linear, got {text!r}")
+    return kinds
+
+
 @rollout_app.command("sweep")
 def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOAD_HELP),
               R: int = typer.Option(32, "--R", help="groups (prompts) per round"),
@@ -269,9 +276,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
 
     check_limits(time_limit, threads)
     values = _floats(rhos, "--rhos")
-    kinds = [e.strip() for e in engines.split(",") if e.strip()]
-    if not kinds or any(e not in ("real", "linear") for e in kinds):
-        raise InputError("--engines", "", f"expected real and/or linear, got {engines!r}")
+    kinds = _engines(engines)
     preset_round(workload, R, seed=seed)          # bad presets and R < U fail before any work
     command = command_text("pipeplan rollout sweep")
     with _progress("sweep") as progress:
@@ -441,6 +446,8 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
                                                       help="seconds per flow-shop relaxation and per step-indexed bound (R = 32)"),
                      threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
                      rhos: str = typer.Option("0.25,0.5,1,2,4", "--rhos", help="comma list for the lsat-ar R = 32 sweep"),
+                     engines: str = typer.Option("real,linear", "--engines", help="real, linear, or both"),
+                     rs: str = typer.Option("32,64,96", "--rs", help="groups per round of the preset rows (comma list)"),
                      out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of optimum_gaps.md/.csv")):
     """How tight the offline optimum is: the best schedule any solver finds against the best
     proven lower bound, per workload and R on the real and the linear engine, and along a rho
@@ -454,9 +461,16 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     for w in names:
         preset_round(w, 32)                      # unknown presets fail before any work
     values = _floats(rhos, "--rhos")
+    kinds = _engines(engines)
+    Rs = _floats(rs, "--rs")
+    if any(R != int(R) for R in Rs):
+        raise InputError("--rs", "", f"expected whole numbers of groups, got {rs!r}")
+    for w in names:
+        for R in Rs:
+            preset_round(w, int(R))              # R below a preset's update size fails before any work
     command = command_text("pipeplan rollout optimum-gaps")
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
-                            rhos=values, progress=progress)
+                            rhos=values, engines=kinds, Rs=tuple(int(R) for R in Rs), progress=progress)
     md = write_optimum_gaps(rows, out, command)
     typer.echo(md + f"\nwritten: {out}/optimum_gaps.md, optimum_gaps.csv")

@@ -137,7 +137,7 @@ def least_last_update(problem: RolloutProblem) -> float:
 @dataclass(frozen=True)
 class StepBound:
     bound_s: float      # the proven lower bound on the train end
-    closed: bool        # HiGHS closed the MILP of the partition the figure comes from
+    closed: bool        # HiGHS closed the MILP the figure comes from (branching: decided every range for it)
     buckets: int        # buckets of the last MILP
     width: int          # steps per bucket at the start
     rounds: int = 1     # MILPs solved (refinement rounds)
@@ -162,7 +162,10 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
     """The bucket MILP over buckets beginning at ``starts`` (the last one open): (HiGHS's dual
     bound, closed, the bucket of each group in its best solution, or an empty array). With
     ``last_step``, the round's last finish step lies in the last bucket, which ends there: every
-    group completes by it, at least one in that bucket, so every step before it is reached."""
+    group completes by it, at least one in that bucket, so every step before it is reached.
+    With ``cutoff``, z may not exceed it and HiGHS stops at the first solution: the figure is
+    ``cutoff`` when none exists (a proof that the train end reaches it), else at most the dual
+    bound then (still valid: a schedule below the cutoff is one of the model's)."""
     import highspy
     from scipy import sparse
 
@@ -371,7 +374,8 @@ def _order(problem: RolloutProblem, placed: np.ndarray) -> list[tuple[int, ...]]
 def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: tuple[int, int], base: float,
                       upper: float, buckets: int, clock, threads: int) -> tuple[float, int, list, bool]:
     """Branching on the round's last finish step F (some group's): (the bound, the ranges of the
-    last target tried, the MILP solutions' orders, whether a target was proven). F lies in
+    last target tried, the MILP solutions' orders, whether the bound is a target every range
+    was decided for). F lies in
     ``span`` = [the longest response, the step from which c0 F + all the work + the least last
     update already passes ``upper``). Each range [a, b] gets its own MILP (``last_step``): every
     group completes by b, one in [a, b], so every step before a is reached (the single MILP's
@@ -392,7 +396,7 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
     lo, hi = span
     edges = np.unique(np.linspace(lo, hi, BRANCH_RANGES + 1).astype(int))
     beyond = engine.c0_s * hi + sum(w[-1] for w in work) + least_last_update(problem)
-    proven, orders, ranges = base, [], 0
+    proven, orders, ranges, closed = base, [], 0, False
 
     def solve(leaf, target):
         _, a, b = leaf
@@ -429,7 +433,10 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
                         todo += [(value, a, middle), (value, middle + 1, b)]
         ranges = len(done) + len(todo)
         # out of time, or a single step below the target: what the ranges reached still holds
-        proven = max(proven, min(done + [r[0] for r in todo]))
-        if proven < target * (1 - BOUND_TOL):
+        reached = min(done + [r[0] for r in todo])
+        decided = reached >= target * (1 - BOUND_TOL)
+        if decided or reached > proven:
+            proven, closed = max(proven, reached), decided
+        if not decided:
             break
-    return min(beyond, proven), ranges, orders, proven >= upper * (1 - BRANCH_GAPS[0]) * (1 - BOUND_TOL)
+    return min(beyond, proven), ranges, orders, closed

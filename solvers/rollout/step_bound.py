@@ -334,10 +334,11 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
     longest = max((max(r) for r in problem.response_tokens if r), default=1)
     reach = 0
     work = request_work(problem, engine)
+    # past the last step F the engine has paid c0 F + all the work, and the last update follows
+    unstepped = sum(w[-1] for w in work) + least_last_update(problem)
     horizon = HORIZON_FACTOR * max(longest, 1)
     if upper is not None and engine.c0_s > 0 and problem.R:
-        least = least_last_update(problem)
-        reach = math.ceil((upper - sum(w[-1] for w in work) - least) / engine.c0_s) + 1
+        reach = math.ceil((upper - unstepped) / engine.c0_s) + 1
         horizon = max(horizon, min(reach, HORIZON_CAP * longest))
     width = max(1, math.ceil(horizon / buckets))
     starts = np.arange(buckets) * width
@@ -354,9 +355,11 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
             break
         starts = np.union1d(starts, [(starts[b] + ends[b]) // 2 for b in split])
     ranges = 0
-    if branch_s > 0 and upper is not None and engine.c0_s > 0 and longest < reach and best < upper * (1 - min(BRANCH_GAPS)):
+    # reach is 0 unless upper is known and steps cost c0 > 0
+    if branch_s > 0 and longest < reach and best < upper * (1 - min(BRANCH_GAPS)):
         value, ranges, found, closed = _branch_last_step(problem, engine, work, (longest, reach), best, upper,
                                                          buckets, total, threads)
+        value = min(value, engine.c0_s * reach + unstepped)     # the floor past the last range
         orders += found
         if value > best:
             best, best_closed = value, closed
@@ -373,7 +376,7 @@ def _order(problem: RolloutProblem, placed: np.ndarray) -> list[tuple[int, ...]]
 
 def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: tuple[int, int], base: float,
                       upper: float, buckets: int, clock, threads: int) -> tuple[float, int, list, bool]:
-    """Branching on the round's last finish step F (some group's): (the bound, the ranges of the
+    """Branching on the round's last finish step F (some group's): (the bound over the ranges, the ranges of the
     last target tried, the MILP solutions' orders, whether the bound is a target every range
     was decided for). F lies in
     ``span`` = [the longest response, the step from which c0 F + all the work + the least last
@@ -395,8 +398,8 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
     at 222-225 s, and each took 20-90 s)."""
     lo, hi = span
     edges = np.unique(np.linspace(lo, hi, BRANCH_RANGES + 1).astype(int))
-    beyond = engine.c0_s * hi + sum(w[-1] for w in work) + least_last_update(problem)
     proven, orders, ranges, closed = base, [], 0, False
+    lanes = max(1, threads)
 
     def solve(leaf, target):
         _, a, b = leaf
@@ -413,9 +416,9 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
         done: list[float] = []
         running: dict = {}
         # ``threads`` single-threaded MILPs in flight, each in its own process (``run_within``)
-        with ThreadPoolExecutor(max(1, threads)) as pool:
+        with ThreadPoolExecutor(lanes) as pool:
             while todo or running:
-                while todo and len(running) < max(1, threads) and not clock.expired():
+                while todo and len(running) < lanes and not clock.expired():
                     leaf = todo.pop(0)
                     running[pool.submit(solve, leaf, target)] = leaf
                 if not running:
@@ -439,4 +442,4 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
             proven, closed = max(proven, reached), decided
         if not decided:
             break
-    return min(beyond, proven), ranges, orders, closed
+    return proven, ranges, orders, closed

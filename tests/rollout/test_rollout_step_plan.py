@@ -464,8 +464,8 @@ def test_a_range_milp_with_a_target_proves_it_exactly_when_its_optimum_reaches_i
     assert closed
     below, proven, _ = _solve_buckets(p, p.engine, work, starts, 30, 1, last_step=longest + 500, cutoff=0.99 * optimum)
     assert proven and below == pytest.approx(0.99 * optimum)
-    above, decided, placed = _solve_buckets(p, p.engine, work, starts, 30, 1, last_step=longest + 500,
-                                            cutoff=1.01 * optimum)
+    above, _, placed = _solve_buckets(p, p.engine, work, starts, 30, 1, last_step=longest + 500,
+                                      cutoff=1.01 * optimum)
     assert above <= optimum * (1 + 1e-6) and placed.size == p.R
 
 

@@ -458,16 +458,14 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     check_limits(time_limit, threads)
     check_limits(bound_time, threads)
     names = [w.strip() for w in workloads.split(",") if w.strip()]
-    for w in names:
-        preset_round(w, 32)                      # unknown presets fail before any work
-    values = _floats(rhos, "--rhos")
-    kinds = _engines(engines)
     Rs = _floats(rs, "--rs")
     if any(R != int(R) for R in Rs):
         raise InputError("--rs", "", f"expected whole numbers of groups, got {rs!r}")
     for w in names:
-        for R in Rs:
-            preset_round(w, int(R))              # R below a preset's update size fails before any work
+        for R in {32, *map(int, Rs)}:           # the rho sweep's R = 32 too
+            preset_round(w, R)                  # unknown presets, R below the update size: before any work
+    values = _floats(rhos, "--rhos")
+    kinds = _engines(engines)
     command = command_text("pipeplan rollout optimum-gaps")
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,

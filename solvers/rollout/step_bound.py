@@ -80,8 +80,9 @@ schedule below the target, the buckets holding its groups are halved too (a dyna
 discretization; every partition gives a valid bound). At sci-xw R = 32 the range [12928,
 13519] went 281.1 -> 285.1 s with it, its halves 287.3 and 285.5 s (one more level), where
 halving alone had left the ranges past step 11,743 at 281-289 s; at lsat-ar the same 223.55 s
-target took 240 s (every refined range decided at once). On rounds of R = 8 the branching closes most of a coarse partition's gap (twelve buckets:
-60.5 -> 69.4 s against a 70.4 s plan). Which integrality matters in a range's MILP: with the
+target took 240 s (every refined range decided at once). On rounds of R = 8 the branching
+closes most of a coarse partition's gap (twelve buckets: 60.5 -> 69.4 s against a 70.4 s
+plan). Which integrality matters in a range's MILP: with the
 finish buckets x continuous and only the update counts integer it gives 223.5 s against 224.3 s,
 the LP 215.4 s (a 200-step range near the best plan's last step).
 Each MILP's solution, its groups in bucket order, is also an update sequence for the planner
@@ -334,7 +335,7 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
     MILP's solutions (``StepBound.orders``) and returns the train end of a schedule made from
     them (or None): the branching's targets come from the lesser of it and ``upper``. (A lower
     upper makes a lower target, which fewer ranges come near: at lsat-ar R = 32 the schedules
-    found before the bound end at 229.8 s, the guided plan at 228.0-228.2 s, and the 1.95 %
+    found before the bound end at 229.8 s, the guided plan at 228.0-228.8 s, and the 1.95 %
     target of the first was not proven in 300 s.)"""
     from pipeplan.core.deadline import Deadline
 

@@ -250,6 +250,16 @@ def _floats(text: str, name: str) -> list[float]:
     return values
 
 
+def _whole_numbers(text: str, name: str, least: int) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(name, "", f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values or any(v < least for v in values):
+        raise InputError(name, "", f"expected whole numbers >= {least}, got {text!r}")
+    return values
+
+
 def _engines(text: str) -> list[str]:
     kinds = [e.strip() for e in text.split(",") if e.strip()]
     if not kinds or any(e not in ("real", "linear") for e in kinds):
@@ -372,12 +382,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
     from pipeplan.formulations.rollout.workloads import preset_round
 
     names = [w.strip() for w in workloads.split(",") if w.strip()]
-    try:
-        etas = [int(x) for x in stalenesses.split(",") if x.strip()]
-    except ValueError:
-        raise InputError("--staleness", "", f"expected comma-separated whole numbers, got {stalenesses!r}") from None
-    if not etas or any(e < 0 for e in etas):
-        raise InputError("--staleness", "", f"expected whole numbers >= 0, got {stalenesses!r}")
+    etas = _whole_numbers(stalenesses, "--staleness", 0)
     for w in names:
         preset_round(w, R, rounds=rounds)        # bad presets, R < U fail before any work
     command = command_text("pipeplan rollout async")
@@ -458,17 +463,15 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     check_limits(time_limit, threads)
     check_limits(bound_time, threads)
     names = [w.strip() for w in workloads.split(",") if w.strip()]
-    Rs = _floats(rs, "--rs")
-    if any(R != int(R) for R in Rs):
-        raise InputError("--rs", "", f"expected whole numbers of groups, got {rs!r}")
+    Rs = _whole_numbers(rs, "--rs", 1)
     for w in names:
-        for R in {32, *map(int, Rs)}:           # the rho sweep's R = 32 too
+        for R in {32, *Rs}:                     # the rho sweep's R = 32 too
             preset_round(w, R)                  # unknown presets, R below the update size: before any work
     values = _floats(rhos, "--rhos")
     kinds = _engines(engines)
     command = command_text("pipeplan rollout optimum-gaps")
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
-                            rhos=values, engines=kinds, Rs=tuple(int(R) for R in Rs), progress=progress)
+                            rhos=values, engines=kinds, Rs=tuple(Rs), progress=progress)
     md = write_optimum_gaps(rows, out, command)
     typer.echo(md + f"\nwritten: {out}/optimum_gaps.md, optimum_gaps.csv")

@@ -74,18 +74,19 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
     # the step-indexed bound: c1, c2 and prefill work on the real engine, the batch and KV limits on both
     # the bound's MILP solutions as update sequences (``guided_plan``): those of the single MILP
     # before the branching, whose targets then come from the better schedule, and the branching's
-    guided = []
+    guided, planned = [], 0
 
     def plan(orders):
-        guided.append((len(orders), guided_plan(problem, orders, seed=seed)))
-        return guided[-1][1] and guided[-1][1].metrics()["train_end_s"]
+        nonlocal planned
+        planned = len(orders)
+        guided.append(guided_plan(problem, orders, seed=seed))
+        return guided[-1] and guided[-1].metrics()["train_end_s"]
 
     steps = None if bound_time is None else step_bound(problem, time_limit=bound_time + branch_time, threads=threads,
                                                          upper=best, branch_s=branch_time, plan=plan)
     if steps:
-        planned = guided[0][0] if guided else 0
-        guided.append((0, guided_plan(problem, steps.orders[planned:], seed=seed)))
-    for _, schedule in guided:
+        guided.append(guided_plan(problem, steps.orders[planned:], seed=seed))
+    for schedule in guided:
         if schedule is not None and schedule.metrics()["train_end_s"] < best:
             best_solver, best = "bound-guided", schedule.metrics()["train_end_s"]
             ends[best_solver] = best

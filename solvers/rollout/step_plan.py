@@ -63,7 +63,8 @@ SEQUENCE_MOVES = 1_000  # update-sequence moves by default (about 3 ms each at R
 SEQUENCE_MAX_R = 32     # studies search sequences only up to this R: the backward pass grows with R^2 (minutes at 96)
 CLIMB_STEP = 0.02       # an improving sequence move is bisected at most this far (relative) below the last target
 LARGEST_MOVE = 10       # moves shift finish steps by +-2**0 .. 2**LARGEST_MOVE steps
-GUIDED_MOVES = 4_000    # update-sequence moves per walk from the bound's best sequence (``guided_plan``)
+GUIDED_MOVES = 125      # update-sequence moves per group in each walk from the bound's best sequence
+                        # (``guided_plan``): 4,000 at R = 32
 GUIDED_RESTARTS = 3     # ... and walks, each with its own random stream
 SIDEWAYS = 2e-4         # a walk takes moves whose plan meets the best target plus this (relative)
 TEMPERATURE = 0.005     # annealing's first temperature, relative to the train end (best of 0.002-0.01 on lsat-ar R = 32)
@@ -387,13 +388,14 @@ class SequencePlanner:
 
 
 def guided_plan(problem: RolloutProblem, orders, *, evaluations: int = EVALUATIONS,
-                sequence_moves: int = GUIDED_MOVES, restarts: int = GUIDED_RESTARTS, seed: int = 0,
+                sequence_moves: int | None = None, restarts: int = GUIDED_RESTARTS, seed: int = 0,
                 deadline: Deadline | None = None):
     """The schedule (replayed) of the best plan among the update sequences ``orders``, its
-    sequence walked ``restarts`` times for ``sequence_moves`` moves each (``SequencePlanner.climb``
-    with ``SIDEWAYS``), the best plan annealed ``evaluations`` moves further, or None when none
-    keeps to the engine's limits. The orders to try are the step-indexed bound's MILP solutions,
-    groups by bucket (``StepBound.orders``): a relaxation's placement is a good sequence.
+    sequence walked ``restarts`` times for ``sequence_moves`` moves each (``GUIDED_MOVES`` per
+    group by default; ``SequencePlanner.climb`` with ``SIDEWAYS``), the best plan annealed
+    ``evaluations`` moves further, or None when none keeps to the engine's limits. The orders to
+    try are the step-indexed bound's MILP solutions, groups by bucket (``StepBound.orders``): a
+    relaxation's placement is a good sequence.
 
     Why the walks. At lsat-ar R = 32 (real engine) the MILP's best sequence plans at 228.1-228.8 s
     (its solutions vary run to run), and the strict climb from it stops at 228.53 s in 1,000 or
@@ -412,7 +414,8 @@ def guided_plan(problem: RolloutProblem, orders, *, evaluations: int = EVALUATIO
             best, start = value, list(order)
     if start is None:
         return None
-    walks = [planner.climb(start, sequence_moves, np.random.default_rng([seed, k]), deadline, sideways=SIDEWAYS)
+    moves = GUIDED_MOVES * problem.R if sequence_moves is None else sequence_moves
+    walks = [planner.climb(start, moves, np.random.default_rng([seed, k]), deadline, sideways=SIDEWAYS)
              for k in range(max(1, restarts))]
     best, finish, _ = min(walks, key=lambda walk: walk[0])
     best, finish, _ = anneal(timeline, finish, evaluations, np.random.default_rng(seed), deadline)

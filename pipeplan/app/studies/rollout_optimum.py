@@ -19,6 +19,7 @@ from pipeplan.formulations.rollout.flowshop_bound import chain_bound
 from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
 from pipeplan.solvers.rollout.energy_ceiling import energy_ceiling
 from pipeplan.solvers.rollout.online import POLICIES
+from pipeplan.solvers.rollout.refuted_bound import BISECT_TOL, refuted_bound
 from pipeplan.solvers.rollout.step_bound import BRANCH_GAPS, step_bound
 from pipeplan.solvers.rollout.step_plan import GUIDED_MOVES, GUIDED_RESTARTS, SEQUENCE_MOVES, guided_plan
 
@@ -34,8 +35,8 @@ ROLLOUT_BOUND, TRAINER_BOUND = 0.5, 2.0   # rho at or below / at or above: one s
 COLUMNS = ("workload", "R", "engine", "rho", "rho_value", "regime", "best_s", "best_solver", "online_s", "online_policy",
            "online_ratio", "online_over_bound", "rule_s", "rule_policy", "rule_ratio", "cpsat_s", "cpsat_status",
            "old_bound_s", "fast_bound_s", "chain_bound_s", "chain_closed", "step_plan_s", "step_bound_s",
-           "step_bound_buckets", "step_bound_ranges", "cpsat_bound_s", "bound_s", "bound_source", "old_gap", "gap",
-           "ceiling_s", "ceiling_gap", "wall_s")
+           "step_bound_buckets", "step_bound_ranges", "cpsat_bound_s", "refuted_bound_s", "bound_s", "bound_source",
+           "old_gap", "gap", "ceiling_s", "ceiling_gap", "wall_s")
 
 
 def regime_of(rho_value: float) -> str:
@@ -93,11 +94,16 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
         if schedule is not None and schedule.metrics()["train_end_s"] < best:
             best_solver, best = "bound-guided", schedule.metrics()["train_end_s"]
             ends[best_solver] = best
-    # how high the step-indexed bound could go at all (linear engine, where the slow bounds run)
-    ceiling = energy_ceiling(problem, seconds=bound_time, seed=seed).train_end_s \
-        if bound_time is not None and problem.engine.linear else None
     bounds = {"separate": old, "johnson": fast, "flow-shop CP-SAT": chain, "CP-SAT exact model": cpsat_bound,
               "step-indexed": steps.bound_s if steps else 0.0}
+    # linear engine, where the slow bounds run: targets CP-SAT refutes between the best bound and
+    # the best schedule, and how high the step-indexed bound could go at all
+    ceiling = None
+    if bound_time is not None and problem.engine.linear:
+        known = max(bounds.values())
+        bounds["refuted (CP-SAT)"] = refuted_bound(problem, known, best, time_limit=bound_time, threads=threads) \
+            if known < best * (1 - BISECT_TOL) else 0.0
+        ceiling = energy_ceiling(problem, seconds=bound_time, seed=seed).train_end_s
     source = max(bounds, key=bounds.get)
     bound = bounds[source]
     regime = regime_of(rho_value)
@@ -109,7 +115,8 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
             "chain_bound_s": chain, "chain_closed": closed, "step_plan_s": ends["step-plan"],
             "step_bound_s": steps.bound_s if steps else None, "step_bound_buckets": steps.buckets if steps else None,
             "step_bound_ranges": steps.ranges if steps else None,
-            "cpsat_bound_s": cpsat_bound or None, "bound_s": bound,
+            "cpsat_bound_s": cpsat_bound or None, "refuted_bound_s": bounds.get("refuted (CP-SAT)") or None,
+            "bound_s": bound,
             "bound_source": source, "old_gap": (best - old) / best, "gap": (best - bound) / best,
             "ceiling_s": ceiling, "ceiling_gap": None if ceiling is None else (best - ceiling) / best,
             "wall_s": time.perf_counter() - began}
@@ -178,7 +185,11 @@ def optimum_gaps_markdown(rows: list[dict], command: str) -> str:
              f"{', '.join(f'{g:.2%}' for g in BRANCH_GAPS)} in turn; a range with a schedule below it is halved "
              "and the buckets of that schedule's groups refined, and the last target proven is the bound) and, on "
              "the linear engine "
-             "where the offline model is exact, CP-SAT's own proven bound. gap = (best - bound) / best. "
+             "where the offline model is exact, CP-SAT's own proven bound and, where the slow bounds run, the "
+             "largest train end CP-SAT proves no schedule reaches (`solvers/rollout/refuted_bound.py`: targets "
+             "bisected between the best bound and the best schedule, each a short decision run on the exact model "
+             "with cuts that turn the target into deadlines, as long as each slow bound runs). "
+             "gap = (best - bound) / best. "
              "energy ceiling (linear engine, where the slow bounds run): the train end of a schedule of the fluid "
              "relaxation, in which a request may spend its KV at any time before it is forced "
              "(`solvers/rollout/energy_ceiling.py`, searched over finish orders as long as each slow bound runs): the "

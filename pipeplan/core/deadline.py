@@ -8,6 +8,7 @@ nothing else) with termination ``time_limit``.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 
@@ -66,6 +67,12 @@ def run_within(work, seconds: float, grace: float = GRACE_S):
         finally:
             send.close()
 
+    highs = sys.modules.get("highspy")
+    if highs is not None:
+        # a forked child inherits none of the parent's threads: once the parent has run HiGHS
+        # (an LP of energy_ceiling, a PuLP model), its task executor would hang the child's
+        # solve (the step bound then came back 0); shut down, it starts afresh in the child
+        highs.Highs.resetGlobalScheduler(True)
     process = ctx.Process(target=child, daemon=True)
     process.start()
     send.close()

@@ -124,3 +124,14 @@ def test_the_gap_study_reports_the_ceiling_of_a_linear_round_above_its_step_inde
     assert fast["ceiling_s"] is None and fast["ceiling_gap"] is None
     md = rollout_optimum.optimum_gaps_markdown([r, fast], "test")
     assert f"| {r['ceiling_s']:.1f} |" in md and "energy ceiling (s)" in md
+
+
+def test_an_lp_in_this_process_leaves_the_step_bounds_forked_milps_whole():
+    # HiGHS's task executor, once started in a process, hung every MILP forked from it after
+    # (``run_within``), and the step bound came back 0; run_within now shuts it down first
+    from pipeplan.app.studies.rollout import linearized
+    from pipeplan.formulations.rollout.workloads import preset_round
+    p = linearized(preset_round("lsat-ar", 8))
+    before = step_bound(p, time_limit=10).bound_s
+    fluid_train_end(p, list(range(p.R)))
+    assert before > 0 and step_bound(p, time_limit=10).bound_s == pytest.approx(before)

@@ -20,10 +20,12 @@ step). With the train end at most T, a threshold near T leaves room for few late
 requests must then end earlier, and the cumulative propagation refutes that. A target CP-SAT
 proves infeasible, less the model's rounding slack (``RolloutCpModel.slack_s``), is a lower
 bound. The targets are bisected between a known bound and a schedule's train end, each probe a
-short run; an undecided probe proves nothing and only moves the search lower. On sci-xw R = 32
-(linear) 414 s is refuted in about a second (the step-indexed bound: 405.8 s); at lsat-ar,
-olyphys and lsat-ar at rho 0.25 / 0.5, where the rollout's energy bound is within 0.7 % of what
-whole requests need, no target above the step-indexed bound was refuted in 20 s.
+short run; an undecided probe proves nothing and only moves the search lower. In the gap study
+(results/rollout/r32-linear-refuted, 60 s, two threads) sci-xw R = 32 (linear) gets 415.2 s
+against the step-indexed bound's 406.4 s (a 414 s target is refuted in about a second); at
+lsat-ar, olyphys and lsat-ar at rho 0.25 / 0.5 no target above the other bounds was refuted.
+(At lsat-ar the rollout alone needs 8,906 steps or more against the energy bound's 8,841: whole
+requests cost little more there than the fluid model's.)
 """
 from __future__ import annotations
 

@@ -44,6 +44,25 @@ class _HiGHS(pulp.HiGHS):
         return pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound
 
 
+def highs_model(cost, col_lower, col_upper, row_lower, row_upper, matrix, integer=None):
+    """A ``highspy.HighsLp`` from arrays and a scipy sparse matrix (rows x columns); ``integer``:
+    a boolean per column (None: an LP). Clears HiGHS's banner first (``highs_banner_off``)."""
+    import highspy
+    from scipy import sparse
+
+    matrix = sparse.csc_matrix(matrix)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = matrix.shape[1], matrix.shape[0]
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lower, col_upper
+    lp.row_lower_, lp.row_upper_ = row_lower, row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = matrix.indptr, matrix.indices, matrix.data
+    if integer is not None:
+        lp.integrality_ = [highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous for t in integer]
+    highs_banner_off()
+    return lp
+
+
 @lru_cache(maxsize=None)
 def highs_banner_off() -> None:
     """HiGHS prints a banner on C stdout when the process makes its first Highs object, before

@@ -78,7 +78,7 @@ def fluid_train_end(problem: RolloutProblem, order, pieces: np.ndarray | None = 
     import highspy
     from scipy import sparse
 
-    from pipeplan.solvers.pulp_backend import highs_banner_off
+    from pipeplan.solvers.pulp_backend import highs_model
 
     _check(problem)
     order = np.asarray(order, dtype=int)
@@ -150,13 +150,8 @@ def fluid_train_end(problem: RolloutProblem, order, pieces: np.ndarray | None = 
     col_lower[:R] = [max(problem.lengths[i] for i in problem.group_requests(g)) for g in order]
     cost = np.zeros(ncol)
     cost[end] = 1.0
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = ncol, nrow
-    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lower, np.full(ncol, highspy.kHighsInf)
-    lp.row_lower_, lp.row_upper_ = np.concatenate(lower), np.concatenate(upper)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = matrix.indptr, matrix.indices, matrix.data
-    highs_banner_off()
+    lp = highs_model(cost, col_lower, np.full(ncol, highspy.kHighsInf), np.concatenate(lower), np.concatenate(upper),
+                     matrix)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.passModel(lp)

@@ -176,7 +176,7 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
     import highspy
     from scipy import sparse
 
-    from pipeplan.solvers.pulp_backend import highs_banner_off
+    from pipeplan.solvers.pulp_backend import highs_model
 
     R, tr, nb = problem.R, problem.trainer, starts.size
     U = max(problem.update_sizes())
@@ -273,14 +273,7 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
     cost[iz] = 1.0
     integer = np.zeros(ncol, dtype=bool)
     integer[:inn + nb] = True                                # x, v and the update counts
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = ncol, len(lo)
-    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lo, col_hi
-    lp.row_lower_, lp.row_upper_ = np.array(lo), np.array(hi)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
-    lp.integrality_ = [highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous for t in integer]
-    highs_banner_off()
+    lp = highs_model(cost, col_lo, col_hi, np.array(lo), np.array(hi), a, integer)
 
     def solve():
         h = highspy.Highs()

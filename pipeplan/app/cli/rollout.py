@@ -449,6 +449,10 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
                      time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per CP-SAT run (R = 32)"),
                      bound_time: float = typer.Option(60.0, "--bound-time",
                                                       help="seconds per flow-shop relaxation and per step-indexed bound (R = 32)"),
+                     branch_time: Optional[float] = typer.Option(
+                         None, "--branch-time", help="seconds of branching on the round's last step after the "
+                                                     "step-indexed bound (real engine, R = 32; 0: none; default: the "
+                                                     "study's BRANCH_TIME, 420 s)"),
                      threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
                      rhos: str = typer.Option("0.25,0.5,1,2,4", "--rhos", help="comma list for the lsat-ar R = 32 sweep"),
                      engines: str = typer.Option("real,linear", "--engines", help="real, linear, or both"),
@@ -457,11 +461,14 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     """How tight the offline optimum is: the best schedule any solver finds against the best
     proven lower bound, per workload and R on the real and the linear engine, and along a rho
     sweep; writes optimum_gaps.md/.csv (about 75 min on 2 cores with the defaults)."""
-    from pipeplan.app.studies.rollout_optimum import optimum_gaps, write_optimum_gaps
+    from pipeplan.app.studies.rollout_optimum import BRANCH_TIME, optimum_gaps, write_optimum_gaps
     from pipeplan.formulations.rollout.workloads import preset_round
 
     check_limits(time_limit, threads)
-    check_limits(bound_time, threads)
+    check_limits(bound_time, threads, option="--bound-time")
+    if branch_time is not None and not (math.isfinite(branch_time) and branch_time >= 0):
+        raise InputError("--branch-time", "", f"must be a finite number of seconds >= 0, got {branch_time!r}")
+    branch_time = BRANCH_TIME if branch_time is None else branch_time
     names = [w.strip() for w in workloads.split(",") if w.strip()]
     Rs = _whole_numbers(rs, "--rs", 1)
     for w in names:
@@ -472,6 +479,6 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     command = command_text("pipeplan rollout optimum-gaps")
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
-                            rhos=values, engines=kinds, Rs=tuple(Rs), progress=progress)
-    md = write_optimum_gaps(rows, out, command)
+                            rhos=values, engines=kinds, Rs=tuple(Rs), branch_time=branch_time, progress=progress)
+    md = write_optimum_gaps(rows, out, command, branch_time)
     typer.echo(md + f"\nwritten: {out}/optimum_gaps.md, optimum_gaps.csv")

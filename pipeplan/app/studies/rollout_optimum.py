@@ -124,13 +124,15 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
 
 def optimum_gaps(*, workloads=tuple(PRESETS), Rs=R_PAPER, cpsat_Rs=(32,), bound_Rs=(32,), seed: int = 0,
                  time_limit: float = 60.0, threads: int = 2, bound_time: float = 60.0, rho_workload: str = "lsat-ar", rho_R: int = 32,
-                 rhos=(0.25, 0.5, 1, 2, 4), engines=("real", "linear"), progress=None) -> list[dict]:
+                 rhos=(0.25, 0.5, 1, 2, 4), engines=("real", "linear"), branch_time: float = BRANCH_TIME,
+                 progress=None) -> list[dict]:
     """Rows for every (workload, R, engine) at the preset trainer (rho ``preset``), then the
     ``rhos`` sweep of ``rho_workload`` at ``rho_R``. CP-SAT runs (``time_limit`` s, ``threads``)
     on the linear engine where R is in ``cpsat_Rs`` (there its model is exact and its bound a
     proof; on the real engine its replayed plans were beaten by step-plan in every setting of
     the previous run, 2026-12-03), elsewhere the best policy or plan stands; the CP-SAT flow-shop
-    relaxation (``bound_time`` s) where R is in ``bound_Rs``, elsewhere the fast bounds."""
+    relaxation (``bound_time`` s) where R is in ``bound_Rs``, elsewhere the fast bounds; there, on
+    the real engine, the step-indexed bound branches for up to ``branch_time`` s more."""
     jobs = []
     for w in workloads:
         for R in Rs:
@@ -149,13 +151,13 @@ def optimum_gaps(*, workloads=tuple(PRESETS), Rs=R_PAPER, cpsat_Rs=(32,), bound_
         rows.append(gap_row(problem, workload=w, R=R, engine=engine, rho=rho,
                             time_limit=time_limit if R in cpsat_Rs and engine == "linear" else None, threads=threads,
                             bound_time=bound_time if R in bound_Rs else None,
-                            branch_time=BRANCH_TIME if R in bound_Rs and engine == "real" else 0.0, seed=seed))
+                            branch_time=branch_time if R in bound_Rs and engine == "real" else 0.0, seed=seed))
     if progress:
         progress(len(jobs), len(jobs), "done")
     return rows
 
 
-def optimum_gaps_markdown(rows: list[dict], command: str) -> str:
+def optimum_gaps_markdown(rows: list[dict], command: str, branch_time: float = BRANCH_TIME) -> str:
     def cell(r):
         return [r["workload"], r["R"], r["engine"], r["rho"], f"{r['best_s']:.1f} ({r['best_solver']})",
                 f"{r['old_bound_s']:.1f}", f"{r['bound_s']:.1f} ({r['bound_source']})", f"{r['old_gap']:.1%}",
@@ -180,7 +182,7 @@ def optimum_gaps_markdown(rows: list[dict], command: str) -> str:
              "flow-shop bound, CP-SAT's bound on the flow-shop relaxation (`flowshop_bound.chain_bound`), the "
              "step-indexed bound (`solvers/rollout/step_bound.py`, HiGHS's dual bound; on the real engine at R = 32, "
              f"where it is more than {min(BRANCH_GAPS):.2%} below the best schedule, branching on the round's last step for "
-             f"up to {BRANCH_TIME:.0f} s more: each range's MILP decides whether the train end can lie below a "
+             f"up to {branch_time:.0f} s more: each range's MILP decides whether the train end can lie below a "
              f"target, the best schedule (or the guided plan of the single MILP's solutions, if better) less "
              f"{', '.join(f'{g:.2%}' for g in BRANCH_GAPS)} in turn; a range with a schedule below it is halved "
              "and the buckets of that schedule's groups refined, and the last target proven is the bound) and, on "
@@ -237,9 +239,9 @@ def optimum_gaps_markdown(rows: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_optimum_gaps(rows: list[dict], out: str | Path, command: str) -> str:
+def write_optimum_gaps(rows: list[dict], out: str | Path, command: str, branch_time: float = BRANCH_TIME) -> str:
     """optimum_gaps.md and .csv, moved into ``out`` together (each atomically); the markdown."""
-    md = optimum_gaps_markdown(rows, command)
+    md = optimum_gaps_markdown(rows, command, branch_time)
     with staged_folder(out) as stage:
         write_atomic(stage / "optimum_gaps.md", md)
         write_atomic(stage / "optimum_gaps.csv", csv_text(rows, COLUMNS))

@@ -10,12 +10,15 @@ from pipeplan.core.registry import get_solver
 from pipeplan.core.result import Quality, SolveResult, Termination
 
 
-def check_limits(time_limit: float | None, threads: int = 1, option: str = "--time-limit") -> None:
-    """``option`` (``--time-limit``): None or a finite number of seconds > 0; ``--threads``: an
-    integer >= 1."""
+def check_limits(time_limit: float | None, threads: int = 1, option: str = "--time-limit",
+                 zero_ok: bool = False) -> None:
+    """``option`` (``--time-limit``): None or a finite number of seconds > 0 (>= 0 with
+    ``zero_ok``); ``--threads``: an integer >= 1."""
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not math.isfinite(time_limit) or time_limit <= 0):
-        raise InputError(option, "", f"must be a positive number of seconds, got {time_limit!r}")
+                                   or not math.isfinite(time_limit) or time_limit < 0
+                                   or (time_limit == 0 and not zero_ok)):
+        least = "a finite number of seconds >= 0" if zero_ok else "a positive number of seconds"
+        raise InputError(option, "", f"must be {least}, got {time_limit!r}")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise InputError("--threads", "", f"must be an integer >= 1, got {threads!r}")
 

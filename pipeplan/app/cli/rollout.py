@@ -466,8 +466,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
 
     check_limits(time_limit, threads)
     check_limits(bound_time, threads, option="--bound-time")
-    if branch_time is not None and not (math.isfinite(branch_time) and branch_time >= 0):
-        raise InputError("--branch-time", "", f"must be a finite number of seconds >= 0, got {branch_time!r}")
+    check_limits(branch_time, threads, option="--branch-time", zero_ok=True)
     branch_time = BRANCH_TIME if branch_time is None else branch_time
     names = [w.strip() for w in workloads.split(",") if w.strip()]
     Rs = _whole_numbers(rs, "--rs", 1)

@@ -71,7 +71,7 @@ passes ``upper``, that floor). Solving every range to its optimum was too slow t
 at lsat-ar R = 32 (real engine) 221.3 s (the single MILP, 60 s) -> 222.3-223.0 s after 200 s more
 on two cores, the ranges near the best plan's last step closing at 222-225 s in 20-90 s each.
 So each range's MILP only *decides* whether the train end can lie below a target (``upper`` x (1
-- gap), gap from ``BRANCH_GAPS`` in turn), a range where it can is halved, and the bucket starts
+- gap), gap from ``BRANCH_GAPS`` in turn; ``LINEAR_BRANCH_GAPS`` on a linear engine), a range where it can is halved, and the bucket starts
 of a range [a, b] narrow towards a (``GRID_POWER``: uniform buckets left [10892, 11191] at 222.6
 s, these 225.1 s). At lsat-ar R = 32 that proved 223.55 s (1.95 % below the 228.0 s schedule) in
 183 s. Where halving the range alone leaves its MILP below the target, the slack is in the
@@ -107,6 +107,13 @@ BOUND_TOL = 1e-6      # relative: HiGHS's dual bound is exact up to its feasibil
 BRANCH_RANGES = 8     # last-step ranges the branching starts each target with
 BRANCH_GAPS = (0.0195, 0.015, 0.01, 0.005)   # the branching's targets, relative to ``upper``, in turn: the
                                              # first is the issue's 2 % goal less a margin for BOUND_TOL
+# On a linear engine the single MILP starts 4-6 % below the schedules (its slack is the prefix KV
+# energy of coarse buckets), where a first target of 1.95 % leaves every range below it and the
+# halving spreads thin: a ladder of nearer targets proves more in the same time. Measured at
+# R = 32 (400 s of branching, one thread): lsat-ar 264.0 -> 268.7 s (the 4 % target proven),
+# olyphys 268.8 -> 271.4 s (3 % proven). (The real engine keeps BRANCH_GAPS: there the goal
+# target itself proved lsat-ar within 420 s, and a ladder is untested.)
+LINEAR_BRANCH_GAPS = (0.05, 0.04, 0.03, 0.025) + BRANCH_GAPS
 RANGE_S = 60.0        # s a range's MILP may take before the range is halved undecided
 GRID_POWER = 0.5      # a range's bucket starts: a x u ** GRID_POWER, u uniform in [0, 1): narrower towards its start a
 
@@ -307,7 +314,7 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
 
 def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, buckets: int = BUCKETS,
                time_limit: float = 60.0, threads: int = 1, refine: bool = True,
-               upper: float | None = None, branch_s: float = 0.0, plan=None) -> StepBound:
+               upper: float | None = None, branch_s: float = 0.0, plan=None, gaps: tuple | None = None) -> StepBound:
     """The step-indexed bound (module docstring) for one round on one engine without shared
     prefixes (``engine.single``): ``buckets`` step buckets of equal width over twice the longest
     response or, given the train end ``upper`` of some schedule, up to the step from which a
@@ -323,16 +330,18 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
     time out in advance, gave lower figures: the finer MILPs stop far from closing.) With
     ``branch_s`` > 0 and ``upper``, the last ``branch_s`` seconds of ``time_limit`` (with what
     the single MILP leaves) branch on the round's last step (module docstring), where the single
-    MILP's bound is further below ``upper`` than the least of ``BRANCH_GAPS``; ``threads`` MILPs
+    MILP's bound is further below ``upper`` than the least of the gaps; ``threads`` MILPs
     run at once. ``plan(orders)``, if given, is called before the branching with the single
     MILP's solutions (``StepBound.orders``) and returns the train end of a schedule made from
-    them (or None): the branching's targets come from the lesser of it and ``upper``. (A lower
+    them (or None): the branching's targets come from the lesser of it and ``upper``, less ``gaps``
+    in turn (default ``LINEAR_BRANCH_GAPS`` on a linear engine, else ``BRANCH_GAPS``). (A lower
     upper makes a lower target, which fewer ranges come near: at lsat-ar R = 32 the schedules
     found before the bound end at 229.8 s, the guided plan at 228.0-228.8 s, and the 1.95 %
     target of the first was not proven in 300 s.)"""
     from pipeplan.core.deadline import Deadline
 
     engine = engine or problem.engine
+    gaps = gaps or (LINEAR_BRANCH_GAPS if engine.linear else BRANCH_GAPS)
     if not engine.single or problem.rounds != 1:
         raise ValueError("the step-indexed bound covers one round on one engine without shared prefixes")
     total, clock = Deadline(time_limit), Deadline(max(0.0, time_limit - branch_s))
@@ -365,9 +374,9 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
         if planned is not None and planned < upper:     # the branching's span ends where this schedule's would
             upper, reach = planned, min(reach, math.ceil((planned - unstepped) / engine.c0_s) + 1)
     # reach is 0 unless upper is known and steps cost c0 > 0
-    if branch_s > 0 and longest < reach and best < upper * (1 - min(BRANCH_GAPS)):
+    if branch_s > 0 and longest < reach and best < upper * (1 - min(gaps)):
         value, ranges, found, closed = _branch_last_step(problem, engine, work, (longest, reach), best, upper,
-                                                         buckets, total, threads)
+                                                         buckets, total, threads, gaps)
         value = min(value, engine.c0_s * reach + unstepped)     # the floor past the last range
         orders += found
         if value > best:
@@ -384,7 +393,8 @@ def _order(problem: RolloutProblem, placed: np.ndarray) -> list[tuple[int, ...]]
 
 
 def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: tuple[int, int], base: float,
-                      upper: float, buckets: int, clock, threads: int) -> tuple[float, int, list, bool]:
+                      upper: float, buckets: int, clock, threads: int,
+                      gaps: tuple = BRANCH_GAPS) -> tuple[float, int, list, bool]:
     """Branching on the round's last finish step F (some group's): (the bound over the ranges, the ranges of the
     last target tried, the MILP solutions' orders, whether the bound is a target every range
     was decided for). F lies in
@@ -399,7 +409,7 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
     z's upper limit: HiGHS prunes every node above it and stops at the first solution below it);
     a range where it can is halved and the buckets of its solution's groups refined (``_split``),
     until every range is proven: then the target is the bound.
-    The targets are ``upper`` x (1 - gap) for ``BRANCH_GAPS`` in turn, each started afresh from
+    The targets are ``upper`` x (1 - gap) for ``gaps`` in turn, each started afresh from
     ``BRANCH_RANGES`` ranges whose bound is the target proven before (``base`` for the first); a
     range left when the clock runs out keeps its parent's. Deciding is what makes the time
     enough: at lsat-ar R = 32 (real engine, upper 228.0 s) the first target, 223.55 s, was
@@ -420,7 +430,7 @@ def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: 
         return _solve_buckets(problem, engine, work, np.append(inner, a), min(RANGE_S, clock.remaining()), 1,
                               last_step=b, cutoff=target)
 
-    for gap in BRANCH_GAPS:
+    for gap in gaps:
         target = upper * (1 - gap)
         if target <= proven:
             continue

@@ -3,15 +3,26 @@ refinement where a schedule lies below it, the targets from a plan, and the stud
 it (kept apart from test_rollout_step_plan.py so that the two slow files run on different workers)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import pipeplan
+from pipeplan.formulations.rollout.problem import EngineModel
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
-from pipeplan.solvers.rollout.step_bound import BOUND_TOL, BRANCH_GAPS, _solve_buckets, _split, request_work, step_bound
+from pipeplan.solvers.rollout.step_bound import (
+    BOUND_TOL,
+    BRANCH_GAPS,
+    LINEAR_BRANCH_GAPS,
+    _solve_buckets,
+    _split,
+    request_work,
+    step_bound,
+)
 from tests.rollout_helpers import random_rounds
 
 
@@ -87,6 +98,20 @@ def test_the_branching_takes_its_targets_from_the_plan_of_the_single_milps_solut
     assert len(seen) == 1 and seen[0] and all(sorted(order) == list(range(p.R)) for order in seen[0])
     assert branched.closed and branched.ranges
     assert any(branched.bound_s == pytest.approx(planned * (1 - gap) * (1 - BOUND_TOL), rel=1e-9) for gap in BRANCH_GAPS)
+
+
+def test_on_a_linear_engine_the_branching_climbs_its_ladder_of_targets_to_the_plan():
+    # a linear engine whose KV binds (120 k tokens for 64 requests): the single coarse MILP lies
+    # more than 20% below the plan, where the real engine's first target (1.95%) would leave every
+    # range below it; the ladder (5, 4, 3, 2.5% first) proves one target after another up to the
+    # last, 0.5% below the plan, every range decided
+    p = preset_round("lsat-ar", 8)
+    p = dataclasses.replace(p, engine=EngineModel(p.engine.max_num_seqs, 120_000, 0.02))
+    planned = pipeplan.solve(p, "step-plan", evaluations=1000, sequence_moves=100).objectives["train_end_s"]
+    single = step_bound(p, buckets=8, time_limit=5, refine=False, upper=planned)
+    branched = step_bound(p, buckets=8, time_limit=20, refine=False, upper=planned, branch_s=18)
+    assert p.engine.linear and single.bound_s < 0.8 * planned
+    assert branched.closed and branched.bound_s == pytest.approx(planned * (1 - LINEAR_BRANCH_GAPS[-1]) * (1 - BOUND_TOL))
 
 
 def test_a_gap_row_with_branching_plans_the_bound_s_solutions_and_keeps_its_bound_below_the_best():

@@ -451,7 +451,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
                                                       help="seconds per flow-shop relaxation and per step-indexed bound (R = 32)"),
                      branch_time: Optional[float] = typer.Option(
                          None, "--branch-time", help="seconds of branching on the round's last step after the "
-                                                     "step-indexed bound (real engine, R = 32; 0: none; default: the "
+                                                     "step-indexed bound (R = 32; 0: none; default: the "
                                                      "study's BRANCH_TIME, 420 s)"),
                      threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
                      rhos: str = typer.Option("0.25,0.5,1,2,4", "--rhos", help="comma list for the lsat-ar R = 32 sweep"),

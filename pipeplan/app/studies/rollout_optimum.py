@@ -20,13 +20,13 @@ from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_rou
 from pipeplan.solvers.rollout.energy_ceiling import energy_ceiling
 from pipeplan.solvers.rollout.online import POLICIES
 from pipeplan.solvers.rollout.refuted_bound import BISECT_TOL, refuted_bound
-from pipeplan.solvers.rollout.step_bound import BRANCH_GAPS, step_bound
+from pipeplan.solvers.rollout.step_bound import BRANCH_GAPS, LINEAR_BRANCH_GAPS, step_bound
 from pipeplan.solvers.rollout.step_plan import GUIDED_MOVES, GUIDED_RESTARTS, SEQUENCE_MOVES, guided_plan
 
 PLAN_EVALUATIONS = 10_000   # annealing moves per start of step-plan (about 7 s at R = 32)
 PROOF_EVALUATIONS = 20_000  # where the slow bounds run (R = 32); with the update-sequence start and plans kept
                             # within the engine's limits, 40,000 found nothing better (sci-xw, lsat-ar at rho 0.5)
-BRANCH_TIME = 420.0         # s of branching on the round's last step (``step_bound``): real engine, gap open
+BRANCH_TIME = 420.0         # s of branching on the round's last step (``step_bound``): R = 32, gap open
                             # (lsat-ar R = 32 proved its first target alone in 183-240 s; the guided plan of
                             # the single MILP's solutions runs first, within this time: its walks take about
                             # 60 s at lsat-ar, 135 s at sci-xw)
@@ -132,7 +132,7 @@ def optimum_gaps(*, workloads=tuple(PRESETS), Rs=R_PAPER, cpsat_Rs=(32,), bound_
     proof; on the real engine its replayed plans were beaten by step-plan in every setting of
     the previous run, 2026-12-03), elsewhere the best policy or plan stands; the CP-SAT flow-shop
     relaxation (``bound_time`` s) where R is in ``bound_Rs``, elsewhere the fast bounds; there, on
-    the real engine, the step-indexed bound branches for up to ``branch_time`` s more."""
+    the step-indexed bound branches for up to ``branch_time`` s more."""
     jobs = []
     for w in workloads:
         for R in Rs:
@@ -151,7 +151,7 @@ def optimum_gaps(*, workloads=tuple(PRESETS), Rs=R_PAPER, cpsat_Rs=(32,), bound_
         rows.append(gap_row(problem, workload=w, R=R, engine=engine, rho=rho,
                             time_limit=time_limit if R in cpsat_Rs and engine == "linear" else None, threads=threads,
                             bound_time=bound_time if R in bound_Rs else None,
-                            branch_time=branch_time if R in bound_Rs and engine == "real" else 0.0, seed=seed))
+                            branch_time=branch_time if R in bound_Rs else 0.0, seed=seed))
     if progress:
         progress(len(jobs), len(jobs), "done")
     return rows
@@ -180,11 +180,13 @@ def optimum_gaps_markdown(rows: list[dict], command: str, branch_time: float = B
              "old bound: the separate analytic bound "
              "(`bounds.separate_bound`). new bound: the largest proven bound of the separate bound, the Johnson "
              "flow-shop bound, CP-SAT's bound on the flow-shop relaxation (`flowshop_bound.chain_bound`), the "
-             "step-indexed bound (`solvers/rollout/step_bound.py`, HiGHS's dual bound; on the real engine at R = 32, "
+             "step-indexed bound (`solvers/rollout/step_bound.py`, HiGHS's dual bound; at R = 32, "
              f"where it is more than {min(BRANCH_GAPS):.2%} below the best schedule, branching on the round's last step for "
              f"up to {branch_time:.0f} s more: each range's MILP decides whether the train end can lie below a "
              f"target, the best schedule (or the guided plan of the single MILP's solutions, if better) less "
-             f"{', '.join(f'{g:.2%}' for g in BRANCH_GAPS)} in turn; a range with a schedule below it is halved "
+             f"{', '.join(f'{g:.2%}' for g in BRANCH_GAPS)} in turn (on the linear engine first "
+             f"{', '.join(f'{g:.1%}' for g in LINEAR_BRANCH_GAPS[:-len(BRANCH_GAPS)])}: "
+             "its single MILP starts further below); a range with a schedule below it is halved "
              "and the buckets of that schedule's groups refined, and the last target proven is the bound) and, on "
              "the linear engine "
              "where the offline model is exact, CP-SAT's own proven bound and, where the slow bounds run, the "

@@ -71,8 +71,8 @@ passes ``upper``, that floor). Solving every range to its optimum was too slow t
 at lsat-ar R = 32 (real engine) 221.3 s (the single MILP, 60 s) -> 222.3-223.0 s after 200 s more
 on two cores, the ranges near the best plan's last step closing at 222-225 s in 20-90 s each.
 So each range's MILP only *decides* whether the train end can lie below a target (``upper`` x (1
-- gap), gap from ``BRANCH_GAPS`` in turn; ``LINEAR_BRANCH_GAPS`` on a linear engine), a range where it can is halved, and the bucket starts
-of a range [a, b] narrow towards a (``GRID_POWER``: uniform buckets left [10892, 11191] at 222.6
+- gap), gap from ``BRANCH_GAPS`` in turn, ``LINEAR_BRANCH_GAPS`` on a linear engine), a range
+where it can is halved, and the bucket starts of a range [a, b] narrow towards a (``GRID_POWER``: uniform buckets left [10892, 11191] at 222.6
 s, these 225.1 s). At lsat-ar R = 32 that proved 223.55 s (1.95 % below the 228.0 s schedule) in
 183 s. Where halving the range alone leaves its MILP below the target, the slack is in the
 buckets before it, where the groups' finish steps are coarse: so where a range's MILP found a
@@ -314,7 +314,7 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
 
 def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, buckets: int = BUCKETS,
                time_limit: float = 60.0, threads: int = 1, refine: bool = True,
-               upper: float | None = None, branch_s: float = 0.0, plan=None, gaps: tuple | None = None) -> StepBound:
+               upper: float | None = None, branch_s: float = 0.0, plan=None) -> StepBound:
     """The step-indexed bound (module docstring) for one round on one engine without shared
     prefixes (``engine.single``): ``buckets`` step buckets of equal width over twice the longest
     response or, given the train end ``upper`` of some schedule, up to the step from which a
@@ -333,15 +333,15 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
     MILP's bound is further below ``upper`` than the least of the gaps; ``threads`` MILPs
     run at once. ``plan(orders)``, if given, is called before the branching with the single
     MILP's solutions (``StepBound.orders``) and returns the train end of a schedule made from
-    them (or None): the branching's targets come from the lesser of it and ``upper``, less ``gaps``
-    in turn (default ``LINEAR_BRANCH_GAPS`` on a linear engine, else ``BRANCH_GAPS``). (A lower
+    them (or None): the branching's targets come from the lesser of it and ``upper``, less
+    ``LINEAR_BRANCH_GAPS`` in turn on a linear engine, else ``BRANCH_GAPS``. (A lower
     upper makes a lower target, which fewer ranges come near: at lsat-ar R = 32 the schedules
     found before the bound end at 229.8 s, the guided plan at 228.0-228.8 s, and the 1.95 %
     target of the first was not proven in 300 s.)"""
     from pipeplan.core.deadline import Deadline
 
     engine = engine or problem.engine
-    gaps = gaps or (LINEAR_BRANCH_GAPS if engine.linear else BRANCH_GAPS)
+    gaps = LINEAR_BRANCH_GAPS if engine.linear else BRANCH_GAPS
     if not engine.single or problem.rounds != 1:
         raise ValueError("the step-indexed bound covers one round on one engine without shared prefixes")
     total, clock = Deadline(time_limit), Deadline(max(0.0, time_limit - branch_s))

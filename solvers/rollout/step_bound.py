@@ -72,8 +72,8 @@ at lsat-ar R = 32 (real engine) 221.3 s (the single MILP, 60 s) -> 222.3-223.0 s
 on two cores, the ranges near the best plan's last step closing at 222-225 s in 20-90 s each.
 So each range's MILP only *decides* whether the train end can lie below a target (``upper`` x (1
 - gap), gap from ``BRANCH_GAPS`` in turn, ``LINEAR_BRANCH_GAPS`` on a linear engine), a range
-where it can is halved, and the bucket starts of a range [a, b] narrow towards a (``GRID_POWER``: uniform buckets left [10892, 11191] at 222.6
-s, these 225.1 s). At lsat-ar R = 32 that proved 223.55 s (1.95 % below the 228.0 s schedule) in
+where it can is halved, and the bucket starts of a range [a, b] narrow towards a
+(``GRID_POWER``: uniform buckets left [10892, 11191] at 222.6 s, these 225.1 s). At lsat-ar R = 32 that proved 223.55 s (1.95 % below the 228.0 s schedule) in
 183 s. Where halving the range alone leaves its MILP below the target, the slack is in the
 buckets before it, where the groups' finish steps are coarse: so where a range's MILP found a
 schedule below the target, the buckets holding its groups are halved too (a dynamic

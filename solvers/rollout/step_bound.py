@@ -73,8 +73,8 @@ on two cores, the ranges near the best plan's last step closing at 222-225 s in 
 So each range's MILP only *decides* whether the train end can lie below a target (``upper`` x (1
 - gap), gap from ``BRANCH_GAPS`` in turn, ``LINEAR_BRANCH_GAPS`` on a linear engine), a range
 where it can is halved, and the bucket starts of a range [a, b] narrow towards a
-(``GRID_POWER``: uniform buckets left [10892, 11191] at 222.6 s, these 225.1 s). At lsat-ar R = 32 that proved 223.55 s (1.95 % below the 228.0 s schedule) in
-183 s. Where halving the range alone leaves its MILP below the target, the slack is in the
+(``GRID_POWER``: uniform buckets left [10892, 11191] at 222.6 s, these 225.1 s). At lsat-ar
+R = 32 that proved 223.55 s (1.95 % below the 228.0 s schedule) in 183 s. Where halving the range alone leaves its MILP below the target, the slack is in the
 buckets before it, where the groups' finish steps are coarse: so where a range's MILP found a
 schedule below the target, the buckets holding its groups are halved too (a dynamic
 discretization; every partition gives a valid bound). At sci-xw R = 32 the range [12928,
@@ -113,7 +113,8 @@ BRANCH_GAPS = (0.0195, 0.015, 0.01, 0.005)   # the branching's targets, relative
 # R = 32 (400 s of branching, one thread): lsat-ar 264.0 -> 268.7 s (the 4 % target proven),
 # olyphys 268.8 -> 271.4 s (3 % proven). (The real engine keeps BRANCH_GAPS: there the goal
 # target itself proved lsat-ar within 420 s, and a ladder is untested.)
-LINEAR_BRANCH_GAPS = (0.05, 0.04, 0.03, 0.025) + BRANCH_GAPS
+LINEAR_LADDER = (0.05, 0.04, 0.03, 0.025)
+LINEAR_BRANCH_GAPS = LINEAR_LADDER + BRANCH_GAPS
 RANGE_S = 60.0        # s a range's MILP may take before the range is halved undecided
 GRID_POWER = 0.5      # a range's bucket starts: a x u ** GRID_POWER, u uniform in [0, 1): narrower towards its start a
 
@@ -394,7 +395,7 @@ def _order(problem: RolloutProblem, placed: np.ndarray) -> list[tuple[int, ...]]
 
 def _branch_last_step(problem: RolloutProblem, engine: EngineModel, work, span: tuple[int, int], base: float,
                       upper: float, buckets: int, clock, threads: int,
-                      gaps: tuple = BRANCH_GAPS) -> tuple[float, int, list, bool]:
+                      gaps: tuple) -> tuple[float, int, list, bool]:
     """Branching on the round's last finish step F (some group's): (the bound over the ranges, the ranges of the
     last target tried, the MILP solutions' orders, whether the bound is a target every range
     was decided for). F lies in

@@ -20,7 +20,7 @@ from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_rou
 from pipeplan.solvers.rollout.energy_ceiling import energy_ceiling
 from pipeplan.solvers.rollout.online import POLICIES
 from pipeplan.solvers.rollout.refuted_bound import BISECT_TOL, refuted_bound
-from pipeplan.solvers.rollout.step_bound import BRANCH_GAPS, LINEAR_BRANCH_GAPS, step_bound
+from pipeplan.solvers.rollout.step_bound import BRANCH_GAPS, LINEAR_LADDER, step_bound
 from pipeplan.solvers.rollout.step_plan import GUIDED_MOVES, GUIDED_RESTARTS, SEQUENCE_MOVES, guided_plan
 
 PLAN_EVALUATIONS = 10_000   # annealing moves per start of step-plan (about 7 s at R = 32)
@@ -185,7 +185,7 @@ def optimum_gaps_markdown(rows: list[dict], command: str, branch_time: float = B
              f"up to {branch_time:.0f} s more: each range's MILP decides whether the train end can lie below a "
              f"target, the best schedule (or the guided plan of the single MILP's solutions, if better) less "
              f"{', '.join(f'{g:.2%}' for g in BRANCH_GAPS)} in turn (on the linear engine first "
-             f"{', '.join(f'{g:.1%}' for g in LINEAR_BRANCH_GAPS[:-len(BRANCH_GAPS)])}: "
+             f"{', '.join(f'{g:.1%}' for g in LINEAR_LADDER)}: "
              "its single MILP starts further below); a range with a schedule below it is halved "
              "and the buckets of that schedule's groups refined, and the last target proven is the bound) and, on "
              "the linear engine "

@@ -32,7 +32,7 @@ replays as planned; one beyond the limits, when no start or move met them, may n
 online policy's schedule ends first (no just-in-time plan fits, or the moves did not find one
 that does), that schedule is returned instead and ``params["fallback"]`` names the policy, as
 CP-SAT returns its hint when its own plan replays worse: the planner is never worse than the
-best online policy (within its time limit, if one is given: ``_best_policy``).
+best online policy (within its time limit, if one is given: ``online.best_policy``).
 
 With ``prove_s`` the step-indexed bound also runs, and its MILP solutions, groups in bucket
 order, are planned as update sequences (``guided_plan``); that plan stands where its replay ends
@@ -52,10 +52,9 @@ from pipeplan.formulations.rollout.flowshop_bound import johnson_order
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import PLAN_SCHEMA
-from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.trainer import chunks
 from pipeplan.solvers.rollout.common import scored_result
-from pipeplan.solvers.rollout.online import POLICIES, make_policy
+from pipeplan.solvers.rollout.online import best_policy
 from pipeplan.solvers.rollout.step_bound import step_bound
 
 EVALUATIONS = 3_000     # annealing moves tried from each start by default (about 0.3 ms each at R = 32)
@@ -473,25 +472,6 @@ def _planned_then_name(walk) -> tuple[float, str]:
     return walk[0], walk[1]
 
 
-def _best_policy(problem: RolloutProblem, clock: Deadline):
-    """(name, schedule) of the online policy whose simulated train end is least (ties: the
-    first simulated). The planner returns it where its own plan replays later: where no
-    just-in-time plan keeps to the engine's limits (a group's samples cannot all run at once:
-    rollout/tiny-3, 33.6 s against CGP's 26.0 s), or where the moves did not lead back within
-    them (sci-jl R = 96 with 3,000 moves: 854.3 s; ``fifo``'s schedule, 675.8 s, stands).
-    Past ``clock`` no further policy is simulated (the first always is); the slow ones come
-    last: ``defer``, which simulates the round once per count it tries (and stops trying at
-    ``clock``), then ``deadline``, which ranks every group at each decision (7.0 s at R = 512
-    against 0.05-0.24 s for the others)."""
-    runs, slow = [], ("defer", "deadline")
-    for name in sorted(POLICIES, key=lambda name: slow.index(name) + 1 if name in slow else 0):
-        if runs and clock.expired():
-            break
-        params = {"time_limit": clock.remaining()} if name == "defer" else {}
-        runs.append((name, simulate(problem, make_policy(name, **params))))
-    return min(runs, key=lambda run: run[1].metrics()["train_end_s"])
-
-
 @register("rollout", "step-plan",
           description="offline: group finish steps, requests admitted just in time; update-sequence search and "
                       "simulated annealing on the exact engine timeline, replayed (known lengths)")
@@ -534,7 +514,7 @@ def solve_step_plan(problem, *, evaluations: int = EVALUATIONS, sequence_moves: 
         if alternative.metrics()["train_end_s"] < schedule.metrics()["train_end_s"] * (1 - 1e-9):   # not float noise
             value, name, schedule, limits = v, other, alternative, "the batch and KV limits"
     walked = schedule.metrics()["train_end_s"]
-    fallback = _best_policy(problem, clock)
+    fallback = best_policy(problem, clock)
     if fallback[1].metrics()["train_end_s"] < walked * (1 - 1e-9):
         schedule = fallback[1]
     schedule.policy = "step-plan"

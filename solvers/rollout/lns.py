@@ -54,6 +54,7 @@ WINDOWS = (0.10, 0.17, 0.27)   # window widths, as fractions of the round's step
 GROUPS = (4, 6, 8)             # groups freed at once
 SCATTER = 0.1                  # the chance that a request is freed in a scattered part
 MAX_FREE = 200                 # requests freed at most (CP-SAT solves a part of 100-200 in seconds)
+TIME_LIMIT = 60.0              # s, where none is given
 PATIENCE = 100                 # parts in a row without a better schedule end the search (at lsat-ar R = 32
                                # the longest such run among the first 180 parts was 31)
 
@@ -129,16 +130,17 @@ def _model_starts(problem: RolloutProblem, m, unit: float, grid: int, plan: dict
 @register("rollout", "cpsat-lns", requires=("ortools",),
           description="offline: CP-SAT on a part of the round at a time (large-neighbourhood search) from the best "
                       "schedule known, re-scored by replay in the simulator (known lengths)")
-def solve_lns(problem, *, time_limit: float = 60.0, seed: int = 0, threads: int = 1, part_s: float = PART_S,
+def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, threads: int = 1, part_s: float = PART_S,
               patience: int = PATIENCE, start: dict | None = None, tau: float | None = None):
     """The search ends after ``patience`` parts in a row without a better schedule, or at
-    ``time_limit``, which covers everything; ``part_s`` is CP-SAT's time on one part; ``start``:
+    ``time_limit`` (None: ``TIME_LIMIT``), which covers everything; ``part_s`` is CP-SAT's time on one part; ``start``:
     a plan (``Schedule.plan()``) of this round to start from besides the online policies. One
     round on one engine only (InputError otherwise)."""
     if problem.rounds != 1 or not problem.engine.single:
         field = "rounds" if problem.rounds != 1 else "engine"
         raise InputError(problem.source or problem.name, field,
                          "cpsat-lns plans one round on one engine without shared prefixes")
+    time_limit = TIME_LIMIT if time_limit is None else time_limit
     for field, value in (("time_limit", time_limit), ("part_s", part_s)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
             raise InputError(problem.source or problem.name, field, f"expected seconds > 0, got {value!r}")

@@ -453,8 +453,14 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
                          None, "--branch-time", help="seconds of branching on the round's last step after the "
                                                      "step-indexed bound (R = 32; 0: none; default: the "
                                                      "study's BRANCH_TIME, 420 s)"),
+                     lns_time: float = typer.Option(
+                         120.0, "--lns-time", help="seconds of large-neighbourhood search (cpsat-lns) per linear-engine "
+                                                   "setting, every R (0: none)"),
+                     bound_rs: str = typer.Option("32", "--bound-rs", help="R values (comma list) where the slow "
+                                                                           "bounds run"),
                      threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
-                     rhos: str = typer.Option("0.25,0.5,1,2,4", "--rhos", help="comma list for the lsat-ar R = 32 sweep"),
+                     rhos: str = typer.Option("0.25,0.5,1,2,4", "--rhos",
+                                              help="comma list for the lsat-ar R = 32 sweep ('' or none: no sweep)"),
                      engines: str = typer.Option("real,linear", "--engines", help="real, linear, or both"),
                      rs: str = typer.Option("32,64,96", "--rs", help="groups per round of the preset rows (comma list)"),
                      out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of optimum_gaps.md/.csv")):
@@ -467,17 +473,20 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     check_limits(time_limit, threads)
     check_limits(bound_time, threads, option="--bound-time")
     check_limits(branch_time, threads, option="--branch-time", zero_ok=True)
+    check_limits(lns_time, threads, option="--lns-time", zero_ok=True)
     branch_time = BRANCH_TIME if branch_time is None else branch_time
     names = [w.strip() for w in workloads.split(",") if w.strip()]
     Rs = _whole_numbers(rs, "--rs", 1)
     for w in names:
         for R in {32, *Rs}:                     # the rho sweep's R = 32 too
             preset_round(w, R)                  # unknown presets, R below the update size: before any work
-    values = _floats(rhos, "--rhos")
+    values = [] if rhos.strip().lower() in ("", "none") else _floats(rhos, "--rhos")
+    bound_Rs = _whole_numbers(bound_rs, "--bound-rs", 1)
     kinds = _engines(engines)
     command = command_text("pipeplan rollout optimum-gaps")
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
-                            rhos=values, engines=kinds, Rs=tuple(Rs), branch_time=branch_time, progress=progress)
-    md = write_optimum_gaps(rows, out, command, branch_time)
+                            rhos=values, engines=kinds, Rs=tuple(Rs), bound_Rs=tuple(bound_Rs), branch_time=branch_time,
+                            lns_time=lns_time, progress=progress)
+    md = write_optimum_gaps(rows, out, command, branch_time, lns_time)
     typer.echo(md + f"\nwritten: {out}/optimum_gaps.md, optimum_gaps.csv")

@@ -20,8 +20,14 @@ from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_rou
 from pipeplan.solvers.rollout.energy_ceiling import energy_ceiling
 from pipeplan.solvers.rollout.online import POLICIES
 from pipeplan.solvers.rollout.refuted_bound import BISECT_TOL, refuted_bound
-from pipeplan.solvers.rollout.step_bound import BRANCH_GAPS, LINEAR_LADDER, step_bound
-from pipeplan.solvers.rollout.step_plan import GUIDED_MOVES, GUIDED_RESTARTS, SEQUENCE_MOVES, guided_plan
+from pipeplan.solvers.rollout.step_bound import BRANCH_GAPS, BUCKETS, LINEAR_LADDER, step_bound
+from pipeplan.solvers.rollout.step_plan import (
+    GUIDED_MOVES,
+    GUIDED_RESTARTS,
+    SEQUENCE_MAX_R,
+    SEQUENCE_MOVES,
+    guided_plan,
+)
 
 PLAN_EVALUATIONS = 10_000   # annealing moves per start of step-plan (about 7 s at R = 32)
 PROOF_EVALUATIONS = 20_000  # where the slow bounds run (R = 32); with the update-sequence start and plans kept
@@ -30,10 +36,15 @@ BRANCH_TIME = 420.0         # s of branching on the round's last step (``step_bo
                             # (lsat-ar R = 32 proved its first target alone in 183-240 s; the guided plan of
                             # the single MILP's solutions runs first, within this time: its walks take about
                             # 60 s at lsat-ar, 135 s at sci-xw)
+WIDE_BUCKETS = 16           # the step-indexed bound's buckets beyond R = 32: with 32 its MILP does not close
+                            # and its dual bound wanders (lsat-ar R = 64, linear: 465.6 s in 90 s, 400.3 s in
+                            # 300 s with a shorter horizon; 16 buckets: 459.3 s in 60 s, 459.4 s closed in 300 s)
+LNS_TIME = 120.0            # s of large-neighbourhood search (``cpsat-lns``) on the linear engine, every R
+                            # (lsat-ar R = 64: defer 517.1 -> 489.7 s in 150 s; CP-SAT alone 549.8 s in 90 s)
 SELF_TUNED = ("defer",)      # policies that pick their parameter by simulating the round (a search, not a rule)
 ROLLOUT_BOUND, TRAINER_BOUND = 0.5, 2.0   # rho at or below / at or above: one side takes at least twice the other's time
 COLUMNS = ("workload", "R", "engine", "rho", "rho_value", "regime", "best_s", "best_solver", "online_s", "online_policy",
-           "online_ratio", "online_over_bound", "rule_s", "rule_policy", "rule_ratio", "cpsat_s", "cpsat_status",
+           "online_ratio", "online_over_bound", "rule_s", "rule_policy", "rule_ratio", "cpsat_s", "cpsat_status", "lns_s",
            "old_bound_s", "fast_bound_s", "chain_bound_s", "chain_closed", "step_plan_s", "step_bound_s",
            "step_bound_buckets", "step_bound_ranges", "cpsat_bound_s", "refuted_bound_s", "bound_s", "bound_source",
            "old_gap", "gap", "ceiling_s", "ceiling_gap", "wall_s")
@@ -49,27 +60,38 @@ def regime_of(rho_value: float) -> str:
 
 
 def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: float | None, threads: int,
-            bound_time: float | None, branch_time: float = 0.0, seed: int = 0) -> dict:
+            bound_time: float | None, branch_time: float = 0.0, lns_time: float = 0.0, seed: int = 0) -> dict:
     """One setting: every policy, the just-in-time planner (``PROOF_EVALUATIONS`` moves per start
-    where the slow bounds run), CP-SAT when ``time_limit`` is not None, and every bound (when
-    ``bound_time`` is not None, the CP-SAT flow-shop relaxation and the step-indexed bound, each
-    for ``bound_time`` s)."""
+    where the slow bounds run), CP-SAT when ``time_limit`` is not None, on the linear engine the
+    large-neighbourhood search for ``lns_time`` s (> 0) from the best of them, and every bound
+    (when ``bound_time`` is not None, the CP-SAT flow-shop relaxation and the step-indexed bound,
+    each for ``bound_time`` s). The update-sequence searches (``SEQUENCE_MOVES`` and the guided
+    plan of the bound's solutions) run only up to ``SEQUENCE_MAX_R``: their backward pass grows
+    with R^2."""
     began = time.perf_counter()
-    online = {name: pipeplan.solve(problem, name).objectives for name in POLICIES}
+    results = {name: pipeplan.solve(problem, name) for name in POLICIES}
+    online = {name: r.objectives for name, r in results.items()}
     ends = {name: objectives["train_end_s"] for name, objectives in online.items()}
     online_policy = min(ends, key=ends.get)
     rule_policy = min((name for name in ends if name not in SELF_TUNED), key=ends.get)
     rho_value = rho_of(online["sync"])
     # beyond R = 32 no update-sequence search: its backward pass grows with R^2 (minutes at R = 96)
-    moves, sequence = (PLAN_EVALUATIONS, 0) if bound_time is None else (PROOF_EVALUATIONS, SEQUENCE_MOVES)
-    ends["step-plan"] = pipeplan.solve(problem, "step-plan", seed=seed, evaluations=moves,
-                                       sequence_moves=sequence).objectives["train_end_s"]
-    cpsat_s, cpsat_bound, status = None, 0.0, "-"
+    sequences = problem.R <= SEQUENCE_MAX_R
+    moves, sequence = (PLAN_EVALUATIONS, 0) if bound_time is None else (PROOF_EVALUATIONS,
+                                                                         SEQUENCE_MOVES if sequences else 0)
+    results["step-plan"] = pipeplan.solve(problem, "step-plan", seed=seed, evaluations=moves, sequence_moves=sequence)
+    ends["step-plan"] = results["step-plan"].objectives["train_end_s"]
+    cpsat_s, cpsat_bound, status, lns_s = None, 0.0, "-", None
     if time_limit is not None:
         r = pipeplan.solve(problem, "cpsat", time_limit=time_limit, threads=threads, seed=seed)
         cpsat_s, status = r.objectives["train_end_s"], f"{r.termination.value}/{r.quality.value}"
-        ends["cpsat"] = cpsat_s
+        ends["cpsat"], results["cpsat"] = cpsat_s, r
         cpsat_bound = r.bound["train_end_s"] if r.params.get("model_exact") else 0.0
+    if lns_time > 0 and problem.engine.linear and not status.startswith("optimal"):
+        start = results[min(ends, key=ends.get)].plan
+        lns_s = pipeplan.solve(problem, "cpsat-lns", time_limit=lns_time, threads=threads, seed=seed,
+                               start=start).objectives["train_end_s"]
+        ends["cpsat-lns"] = lns_s
     best_solver = min(ends, key=ends.get)
     best = ends[best_solver]
     old, fast = separate_bound(problem), train_end_lower_bound(problem)
@@ -87,8 +109,10 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
         return guided[-1] and guided[-1].metrics()["train_end_s"]
 
     steps = None if bound_time is None else step_bound(problem, time_limit=bound_time + branch_time, threads=threads,
-                                                         upper=best, branch_s=branch_time, plan=plan)
-    if steps:
+                                                         upper=best, branch_s=branch_time,
+                                                         buckets=BUCKETS if problem.R <= 32 else WIDE_BUCKETS,
+                                                         plan=plan if sequences else None)
+    if steps and sequences:
         guided.append(guided_plan(problem, steps.orders[planned:], seed=seed))
     for schedule in guided:
         if schedule is not None and schedule.metrics()["train_end_s"] < best:
@@ -111,7 +135,7 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
             "best_s": best, "best_solver": best_solver, "online_s": ends[online_policy], "online_policy": online_policy,
             "online_ratio": ends[online_policy] / best, "online_over_bound": ends[online_policy] / bound if bound else None,
             "rule_s": ends[rule_policy], "rule_policy": rule_policy, "rule_ratio": ends[rule_policy] / best,
-            "cpsat_s": cpsat_s, "cpsat_status": status, "old_bound_s": old, "fast_bound_s": fast,
+            "cpsat_s": cpsat_s, "cpsat_status": status, "lns_s": lns_s, "old_bound_s": old, "fast_bound_s": fast,
             "chain_bound_s": chain, "chain_closed": closed, "step_plan_s": ends["step-plan"],
             "step_bound_s": steps.bound_s if steps else None, "step_bound_buckets": steps.buckets if steps else None,
             "step_bound_ranges": steps.ranges if steps else None,
@@ -125,14 +149,15 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
 def optimum_gaps(*, workloads=tuple(PRESETS), Rs=R_PAPER, cpsat_Rs=(32,), bound_Rs=(32,), seed: int = 0,
                  time_limit: float = 60.0, threads: int = 2, bound_time: float = 60.0, rho_workload: str = "lsat-ar", rho_R: int = 32,
                  rhos=(0.25, 0.5, 1, 2, 4), engines=("real", "linear"), branch_time: float = BRANCH_TIME,
-                 progress=None) -> list[dict]:
+                 lns_time: float = LNS_TIME, progress=None) -> list[dict]:
     """Rows for every (workload, R, engine) at the preset trainer (rho ``preset``), then the
     ``rhos`` sweep of ``rho_workload`` at ``rho_R``. CP-SAT runs (``time_limit`` s, ``threads``)
     on the linear engine where R is in ``cpsat_Rs`` (there its model is exact and its bound a
     proof; on the real engine its replayed plans were beaten by step-plan in every setting of
     the previous run, 2026-12-03), elsewhere the best policy or plan stands; the CP-SAT flow-shop
     relaxation (``bound_time`` s) where R is in ``bound_Rs``, elsewhere the fast bounds; there, on
-    the step-indexed bound branches for up to ``branch_time`` s more."""
+    the step-indexed bound branches for up to ``branch_time`` s more. On the linear engine the
+    large-neighbourhood search runs ``lns_time`` s at every R (0: never)."""
     jobs = []
     for w in workloads:
         for R in Rs:
@@ -151,13 +176,14 @@ def optimum_gaps(*, workloads=tuple(PRESETS), Rs=R_PAPER, cpsat_Rs=(32,), bound_
         rows.append(gap_row(problem, workload=w, R=R, engine=engine, rho=rho,
                             time_limit=time_limit if R in cpsat_Rs and engine == "linear" else None, threads=threads,
                             bound_time=bound_time if R in bound_Rs else None,
-                            branch_time=branch_time if R in bound_Rs else 0.0, seed=seed))
+                            branch_time=branch_time if R in bound_Rs else 0.0, lns_time=lns_time, seed=seed))
     if progress:
         progress(len(jobs), len(jobs), "done")
     return rows
 
 
-def optimum_gaps_markdown(rows: list[dict], command: str, branch_time: float = BRANCH_TIME) -> str:
+def optimum_gaps_markdown(rows: list[dict], command: str, branch_time: float = BRANCH_TIME,
+                          lns_time: float = LNS_TIME) -> str:
     def cell(r):
         return [r["workload"], r["R"], r["engine"], r["rho"], f"{r['best_s']:.1f} ({r['best_solver']})",
                 f"{r['old_bound_s']:.1f}", f"{r['bound_s']:.1f} ({r['bound_source']})", f"{r['old_gap']:.1%}",
@@ -173,7 +199,9 @@ def optimum_gaps_markdown(rows: list[dict], command: str, branch_time: float = B
              "best schedule: the least train end of every online policy, the just-in-time planner `step-plan` "
              f"({SEQUENCE_MOVES:,} update-sequence moves, then {PROOF_EVALUATIONS:,} annealing moves per start at "
              f"R = 32; no sequence search and {PLAN_EVALUATIONS:,} moves beyond; plans kept within the engine's "
-             "limits), on the linear engine at R = 32 CP-SAT, and at R = 32 the step-indexed bound's MILP solutions "
+             "limits), on the linear engine at R = 32 CP-SAT and at every R the large-neighbourhood search from the "
+             "best of them (`cpsat-lns`: CP-SAT on a window of steps, a few groups or scattered requests at a time, "
+             f"the rest held, {lns_time:.0f} s), and at R = 32 the step-indexed bound's MILP solutions "
              "taken as update sequences, the best of them walked further "
              f"({GUIDED_RESTARTS} walks of {GUIDED_MOVES} update-sequence moves per group, near-equal sequences "
              "taken: `bound-guided`, `step_plan.guided_plan`), each re-scored in the simulator. "
@@ -241,9 +269,10 @@ def optimum_gaps_markdown(rows: list[dict], command: str, branch_time: float = B
     return "\n".join(lines) + "\n"
 
 
-def write_optimum_gaps(rows: list[dict], out: str | Path, command: str, branch_time: float = BRANCH_TIME) -> str:
+def write_optimum_gaps(rows: list[dict], out: str | Path, command: str, branch_time: float = BRANCH_TIME,
+                       lns_time: float = LNS_TIME) -> str:
     """optimum_gaps.md and .csv, moved into ``out`` together (each atomically); the markdown."""
-    md = optimum_gaps_markdown(rows, command, branch_time)
+    md = optimum_gaps_markdown(rows, command, branch_time, lns_time)
     with staged_folder(out) as stage:
         write_atomic(stage / "optimum_gaps.md", md)
         write_atomic(stage / "optimum_gaps.csv", csv_text(rows, COLUMNS))

@@ -90,3 +90,18 @@ def test_several_rounds_or_engines_are_refused_in_one_line(change, field):
     with pytest.raises(InputError) as err:
         solve_lns(p)
     assert err.value.field == field
+
+
+def test_the_gap_study_starts_the_search_from_its_best_schedule_and_keeps_what_it_finds(monkeypatch):
+    from pipeplan.app.studies import rollout_optimum
+    monkeypatch.setattr(rollout_optimum, "PLAN_EVALUATIONS", 200)   # the planner's annealing: not what is tested
+    p = preset_round("olyphys", 8, K=4, seed=3)
+    p = dataclasses.replace(p, engine=EngineModel(p.engine.max_num_seqs, 60_000, 0.025))
+    r = rollout_optimum.gap_row(p, workload="olyphys", R=8, engine="linear", rho="preset", time_limit=None,
+                                threads=1, bound_time=None, lns_time=3)
+    # started from the least of the policies and the planner, so never after it
+    assert r["lns_s"] <= min(r["online_s"], r["step_plan_s"]) + 1e-9
+    assert r["best_s"] == pytest.approx(min(r["lns_s"], r["online_s"], r["step_plan_s"]))
+    real = rollout_optimum.gap_row(preset_round("olyphys", 8, K=4, seed=3), workload="olyphys", R=8, engine="real",
+                                   rho="preset", time_limit=None, threads=1, bound_time=None, lns_time=3)
+    assert real["lns_s"] is None            # the model is the engine's only on a linear one

@@ -36,8 +36,8 @@ SOLVER_MODULES: dict[str, tuple[str, ...]] = {
     "gradcode": ("pipeplan.solvers.gradcode.constructions", "pipeplan.solvers.gradcode.cpsat",
                  "pipeplan.solvers.gradcode.milp", "pipeplan.solvers.gradcode.heterogeneous",
                  "pipeplan.solvers.gradcode.general_assignment"),
-    "rollout": ("pipeplan.solvers.rollout.online", "pipeplan.solvers.rollout.cpsat", "pipeplan.solvers.rollout.step_plan",
-                "pipeplan.solvers.rollout.lns"),
+    "rollout": ("pipeplan.solvers.rollout.online", "pipeplan.solvers.rollout.cpsat",
+                "pipeplan.solvers.rollout.step_plan", "pipeplan.solvers.rollout.lns"),
     "multi": ("pipeplan.solvers.mapping.multi.baselines", "pipeplan.solvers.mapping.multi.nsga2",
               "pipeplan.solvers.mapping.multi.cpsat", "pipeplan.solvers.mapping.multi.milp"),
 }

@@ -19,6 +19,8 @@ Measured (2 threads, 5 s per part, before this module, 2026-12-05): lsat-ar R = 
 engine, from ``defer``'s 517.1 s (511.2 s with the trainer's updates re-chosen) to 489.3 s in
 300 s; the energy ceiling there is 483.1 s. lsat-ar R = 32: from CP-SAT's 60-s schedule, 283.1 s,
 to 279.4 s in 480 s (the best of 600 s of CP-SAT alone: 279.9 s). Windows made most of the gains.
+Give it two threads: on one, CP-SAT's single worker seldom improves a part (lsat-ar R = 64:
+0 of 23 parts in 120 s, the start kept).
 
 A heuristic, never a proof: the result is ``feasible`` and its bound the analytic one. Every
 plan is replayed in the simulator (``cpsat.best_replay``); on a linear engine the model is the
@@ -130,8 +132,8 @@ def _model_starts(problem: RolloutProblem, m, unit: float, grid: int, plan: dict
 @register("rollout", "cpsat-lns", requires=("ortools",),
           description="offline: CP-SAT on a part of the round at a time (large-neighbourhood search) from the best "
                       "schedule known, re-scored by replay in the simulator (known lengths)")
-def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, threads: int = 1, part_s: float = PART_S,
-              patience: int = PATIENCE, start: dict | None = None, tau: float | None = None):
+def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, threads: int = 1,
+              part_s: float = PART_S, patience: int = PATIENCE, start: dict | None = None, tau: float | None = None):
     """The search ends after ``patience`` parts in a row without a better schedule, or at
     ``time_limit`` (None: ``TIME_LIMIT``), which covers everything; ``part_s`` is CP-SAT's time on one part; ``start``:
     a plan (``Schedule.plan()``) of this round to start from besides the online policies. One

@@ -454,8 +454,8 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
                                                      "step-indexed bound (R = 32; 0: none; default: the "
                                                      "study's BRANCH_TIME, 420 s)"),
                      lns_time: float = typer.Option(
-                         120.0, "--lns-time", help="seconds of large-neighbourhood search (cpsat-lns) per linear-engine "
-                                                   "setting, every R (0: none)"),
+                         120.0, "--lns-time", help="seconds of large-neighbourhood search (cpsat-lns) per "
+                                                   "linear-engine setting, every R (0: none)"),
                      bound_rs: str = typer.Option("32", "--bound-rs", help="R values (comma list) where the slow "
                                                                            "bounds run"),
                      threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
@@ -466,7 +466,8 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
                      out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of optimum_gaps.md/.csv")):
     """How tight the offline optimum is: the best schedule any solver finds against the best
     proven lower bound, per workload and R on the real and the linear engine, and along a rho
-    sweep; writes optimum_gaps.md/.csv (about 75 min on 2 cores with the defaults)."""
+    sweep; writes optimum_gaps.md/.csv (about 105 min on 2 cores with the defaults: 77 before
+    the large-neighbourhood search's 120 s per linear setting)."""
     from pipeplan.app.studies.rollout_optimum import BRANCH_TIME, optimum_gaps, write_optimum_gaps
     from pipeplan.formulations.rollout.workloads import preset_round
 

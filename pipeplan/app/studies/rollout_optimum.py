@@ -36,6 +36,7 @@ BRANCH_TIME = 420.0         # s of branching on the round's last step (``step_bo
                             # (lsat-ar R = 32 proved its first target alone in 183-240 s; the guided plan of
                             # the single MILP's solutions runs first, within this time: its walks take about
                             # 60 s at lsat-ar, 135 s at sci-xw)
+WIDE_BEYOND_R = 32
 WIDE_BUCKETS = 16           # the step-indexed bound's buckets beyond R = 32: with 32 its MILP does not close
                             # and its dual bound wanders (lsat-ar R = 64, linear: 465.6 s in 90 s, 400.3 s in
                             # 300 s with a shorter horizon; 16 buckets: 459.3 s in 60 s, 459.4 s closed in 300 s)
@@ -44,8 +45,8 @@ LNS_TIME = 120.0            # s of large-neighbourhood search (``cpsat-lns``) on
 SELF_TUNED = ("defer",)      # policies that pick their parameter by simulating the round (a search, not a rule)
 ROLLOUT_BOUND, TRAINER_BOUND = 0.5, 2.0   # rho at or below / at or above: one side takes at least twice the other's time
 COLUMNS = ("workload", "R", "engine", "rho", "rho_value", "regime", "best_s", "best_solver", "online_s", "online_policy",
-           "online_ratio", "online_over_bound", "rule_s", "rule_policy", "rule_ratio", "cpsat_s", "cpsat_status", "lns_s",
-           "old_bound_s", "fast_bound_s", "chain_bound_s", "chain_closed", "step_plan_s", "step_bound_s",
+           "online_ratio", "online_over_bound", "rule_s", "rule_policy", "rule_ratio", "cpsat_s", "cpsat_status",
+           "lns_s", "old_bound_s", "fast_bound_s", "chain_bound_s", "chain_closed", "step_plan_s", "step_bound_s",
            "step_bound_buckets", "step_bound_ranges", "cpsat_bound_s", "refuted_bound_s", "bound_s", "bound_source",
            "old_gap", "gap", "ceiling_s", "ceiling_gap", "wall_s")
 
@@ -110,7 +111,7 @@ def gap_row(problem, *, workload: str, R: int, engine: str, rho, time_limit: flo
 
     steps = None if bound_time is None else step_bound(problem, time_limit=bound_time + branch_time, threads=threads,
                                                          upper=best, branch_s=branch_time,
-                                                         buckets=BUCKETS if problem.R <= 32 else WIDE_BUCKETS,
+                                                         buckets=WIDE_BUCKETS if problem.R > WIDE_BEYOND_R else BUCKETS,
                                                          plan=plan if sequences else None)
     if steps and sequences:
         guided.append(guided_plan(problem, steps.orders[planned:], seed=seed))

@@ -16,16 +16,17 @@ from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.schedule import Update
 from pipeplan.formulations.rollout.simulator import decode_time, simulate, steps_until
 from pipeplan.formulations.rollout.workloads import preset_round
+from pipeplan.solvers.rollout import OFFLINE
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
 from pipeplan.solvers.rollout.policies import DeferPolicy
 from tests.rollout_helpers import small_round
 
-ONLINE = [s.name for s in solvers("rollout") if not s.exact and s.name != "step-plan"]
+ONLINE = [s.name for s in solvers("rollout") if s.name not in OFFLINE]
 
 
 def test_registry_has_every_policy_and_the_offline_solvers():
     assert set(POLICIES) == set(ONLINE)
-    assert "step-plan" in {s.name for s in solvers("rollout")}
+    assert {"step-plan", "cpsat-lns"} <= {s.name for s in solvers("rollout")}
     assert {"sync", "cgp", "fgd-hard", "fgd-soft", "fifo", "longest-first", "shortest-first", "deadline"} <= set(ONLINE)
     assert [s.name for s in solvers("rollout") if s.exact] == ["cpsat"]
 

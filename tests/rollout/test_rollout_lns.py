@@ -80,18 +80,6 @@ def test_bad_settings_are_refused_in_one_line(setting, field):
     assert err.value.field == field
 
 
-@pytest.mark.parametrize("change, field", [({"rounds": 2}, "rounds"), ({"replicas": 2}, "engine")])
-def test_several_rounds_or_engines_are_refused_in_one_line(change, field):
-    if "rounds" in change:
-        p = preset_round("sci-jl", 4, rounds=2)
-    else:
-        p = preset_round("sci-jl", 4)
-        p = dataclasses.replace(p, engine=dataclasses.replace(p.engine, **change))
-    with pytest.raises(InputError) as err:
-        solve_lns(p)
-    assert err.value.field == field
-
-
 def test_the_gap_study_starts_the_search_from_its_best_schedule_and_keeps_what_it_finds(monkeypatch):
     from pipeplan.app.studies import rollout_optimum
     monkeypatch.setattr(rollout_optimum, "PLAN_EVALUATIONS", 200)   # the planner's annealing: not what is tested

@@ -393,14 +393,17 @@ def test_a_negative_number_of_moves_is_refused_in_one_line(field):
                                           ({"prefix_sharing": True}, "engine")])
 def test_several_rounds_or_engines_are_refused_in_one_line(change, field):
     import dataclasses
+
+    from pipeplan.solvers.rollout.lns import solve_lns
     if "rounds" in change:
         p = preset_round("sci-jl", 4, rounds=2)
     else:
         p = preset_round("sci-jl", 4)
         p = dataclasses.replace(p, engine=dataclasses.replace(p.engine, **change))
-    with pytest.raises(InputError) as err:
-        solve_step_plan(p)
-    assert err.value.field == field
+    for planner in (solve_step_plan, solve_lns):       # the offline planners of one round
+        with pytest.raises(InputError) as err:
+            planner(p)
+        assert err.value.field == field
 
 
 def test_a_ratio_on_a_regime_boundary_up_to_float_rounding_is_on_it():

@@ -190,6 +190,17 @@ class RolloutCpModel:
         return names[status], starts, batches, solver.BestObjectiveBound(), solver.ObjectiveValue()
 
 
+def model_units(m, time_unit_s: float = 1e-3) -> tuple[float, int]:
+    """(time unit in seconds, grid in units) of the model: with a linear engine a thousandth of a
+    decode step and starts on whole steps (the replay is then exact), else ``time_unit_s``."""
+    return (m.tau / GRID, GRID) if m.exact else (time_unit_s, 1)
+
+
+def on_grid(starts_s, unit: float, grid: int) -> list[int]:
+    """Starts in seconds as model units on the grid, rounded up (never earlier than planned)."""
+    return [grid * math.ceil(s / unit / grid - 1e-9) for s in starts_s]
+
+
 def best_hint(problem: RolloutProblem, m, deadline: Deadline) -> tuple[float, list[float], list[list[int]], str]:
     """The best engine-like list schedule of a few priority orders on the fixed model, the
     trainer in completion order: (model train end, starts in seconds, updates, order name).
@@ -253,13 +264,13 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | Non
     if tau is None and not problem.engine.linear:
         tau = measured_tau(problem)
     m = fixed_model(problem, tau)
-    unit, grid = (m.tau / GRID, GRID) if m.exact else (time_unit_s, 1)
+    unit, grid = model_units(m, time_unit_s)
     hint = best_hint(problem, m, search)
     status, why, work = "not built", "time", 0.0
     try:
         search.check()
         model = RolloutCpModel(problem, m, unit, grid, deadline=search)
-        model.hint([grid * math.ceil(s / unit / grid - 1e-9) for s in hint[1]], hint[2], deadline=search)
+        model.hint(on_grid(hint[1], unit, grid), hint[2], deadline=search)
         search.check()
         status, starts_u, batches, bound_u, value_u = model.solve(search.remaining(floor=0.05), seed, threads,
                                                                   work_limit)

@@ -41,13 +41,14 @@ from pipeplan.formulations.rollout.fixed_model import fixed_model, list_schedule
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.solvers.rollout.common import scored_result
 from pipeplan.solvers.rollout.cpsat import (
-    GRID,
     RESCORE_S,
     RESCORE_S_PER_REQUEST,
     RolloutCpModel,
     best_hint,
     best_replay,
     measured_tau,
+    model_units,
+    on_grid,
 )
 from pipeplan.solvers.rollout.online import best_policy
 
@@ -126,7 +127,7 @@ def _model_starts(problem: RolloutProblem, m, unit: float, grid: int, plan: dict
     if m.exact:
         return [grid * max(0, round(admitted[i] / unit / grid)) for i in range(problem.n_requests)]
     order = sorted(range(problem.n_requests), key=lambda i: (admitted[i], i))
-    return [grid * math.ceil(s / unit / grid - 1e-9) for s in list_schedule(m, order)]
+    return on_grid(list_schedule(m, order), unit, grid)
 
 
 @register("rollout", "cpsat-lns", requires=("ortools",),
@@ -135,9 +136,9 @@ def _model_starts(problem: RolloutProblem, m, unit: float, grid: int, plan: dict
 def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, threads: int = 1,
               part_s: float = PART_S, patience: int = PATIENCE, start: dict | None = None, tau: float | None = None):
     """The search ends after ``patience`` parts in a row without a better schedule, or at
-    ``time_limit`` (None: ``TIME_LIMIT``), which covers everything; ``part_s`` is CP-SAT's time on one part; ``start``:
-    a plan (``Schedule.plan()``) of this round to start from besides the online policies. One
-    round on one engine only (InputError otherwise)."""
+    ``time_limit`` (None: ``TIME_LIMIT``), which covers everything; ``part_s`` is CP-SAT's time
+    on one part; ``start``: a plan (``Schedule.plan()``) of this round to start from besides the
+    online policies. One round on one engine only (InputError otherwise)."""
     if problem.rounds != 1 or not problem.engine.single:
         field = "rounds" if problem.rounds != 1 else "engine"
         raise InputError(problem.source or problem.name, field,
@@ -156,7 +157,7 @@ def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, 
     if tau is None and not problem.engine.linear:
         tau = measured_tau(problem)
     m = fixed_model(problem, tau)
-    unit, grid = (m.tau / GRID, GRID) if m.exact else (1e-3, 1)
+    unit, grid = model_units(m)
     policy, online = best_policy(problem, search_clock)
     plans = [(policy, online.plan())] + ([("start", start)] if start is not None else [])
     hint = best_hint(problem, m, search_clock)
@@ -169,8 +170,7 @@ def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, 
     source, first, parts, better, stall = "hint", None, 0, 0, 0
     if search is not None:
         everything = np.zeros(problem.n_requests, bool)
-        hint_starts = [grid * math.ceil(s / unit / grid - 1e-9) for s in hint[1]]
-        candidates = [("hint", hint_starts, hint[2])] + [
+        candidates = [("hint", on_grid(hint[1], unit, grid), hint[2])] + [
             (name, _model_starts(problem, m, unit, grid, plan), [list(u) for u in plan["updates"]])
             for name, plan in plans]
         for name, starts, batches in candidates:   # each with the trainer's updates re-chosen

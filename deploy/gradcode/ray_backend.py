@@ -1,5 +1,6 @@
 """Distributed training on Ray (extra ``pipeplan[ray]``): one actor per worker holding its
-partitions, spread over the cluster's nodes (``SPREAD``); the master sends each step's weights,
+partitions, dealt round-robin over the cluster's live nodes (each actor pinned to its node:
+Ray's ``SPREAD`` is best effort and once left a node of three empty); the master sends each step's weights,
 takes replies as they come (``ray.wait``) until it can decode (the first n-s, or the first of
 every group), drops replies tagged with an older step, and updates with the same ``protocol``
 code as the simulated backend.
@@ -25,7 +26,7 @@ sent is in exactly one of survivors, late and still_out.
 
 What the tests show (trace delays 1 s or more apart, ``time_scale`` 1, so every outcome is
 exact): on a local cluster of three raylets (``ray.cluster_utils.Cluster``: a head and two
-worker nodes on one machine) the 16 actors of PGC-CR (s = 2) land on all three nodes; the master
+worker nodes on one machine) the 16 actors of PGC-CR (s = 2) are on all three nodes; the master
 uses exactly the first 14 replies the queue model predicts, a straggler with no delay of its own
 stays late while it works off its backlog, and when more than s workers are busy the master
 waits for the first of them; the late replies of a step arrive, and are dropped, during a later
@@ -114,6 +115,7 @@ def train_ray(problem: GradCodeProblem, code: GradientCode, *, model: str = "sof
               lr: float | None = None, seed: int = 0, time_scale: float = 0.02, num_cpus: int = 2,
               straggle: str = "blocking", progress=None) -> RayRun:
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if problem.n != code.n:
         raise ValueError(f"problem has n = {problem.n}, code has n = {code.n}")
@@ -134,9 +136,11 @@ def train_ray(problem: GradCodeProblem, code: GradientCode, *, model: str = "sof
     run = RayRun(scheme=code.scheme, backend="ray", model=model, n=code.n, s=code.s, lr=lr, seed=seed,
                  loss=[mean_loss(net, w, data.X, data.y)], time_s=[0.0], straggle=straggle)
     body = GradientWorker if straggle == "blocking" else SleepingWorker
-    actor_class = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(body)
-    actors = [actor_class.remote(i, code.to_dict(), model, {int(j): parts[j] for j in np.flatnonzero(code.support[i])},
-                                 len(data.y), data.X.shape[1], data.classes) for i in range(code.n)]
+    actor_class = ray.remote(num_cpus=0)(body)
+    nodes = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
+    actors = [actor_class.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False))
+              .remote(i, code.to_dict(), model, {int(j): parts[j] for j in np.flatnonzero(code.support[i])},
+                      len(data.y), data.X.shape[1], data.classes) for i in range(code.n)]
     master = Master(code, lr)
     clock = StepClock(problem, code, steps, seed)
     free_at = np.zeros(code.n)     # virtual time each worker is done with its calls so far

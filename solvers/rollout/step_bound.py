@@ -318,13 +318,17 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
                upper: float | None = None, branch_s: float = 0.0, plan=None) -> StepBound:
     """The step-indexed bound (module docstring) for one round on one engine without shared
     prefixes (``engine.single``): ``buckets`` step buckets of equal width over twice the longest
-    response or, given the train end ``upper`` of some schedule, up to the step from which a
-    single late group already costs that much (c0 s + all the work + the least update), at most
-    three times the longest response, the last bucket open, solved with all of ``time_limit``. (A group in the open bucket is charged
-    no forced work: where the best schedules run past twice the longest response, sci-xw at
-    R = 32, the shorter horizon left the bound 1.6 s lower. The cap keeps trainer-bound rounds,
-    whose train end says nothing about the engine's steps, from buckets thousands of steps wide:
-    at rho 4 HiGHS once ran past its time limit for minutes on such a model.) With ``refine``, once a
+    response, the last bucket open (a group in it is charged no forced work), solved with all of
+    ``time_limit`` but ``branch_s``. Given the train end ``upper`` of some schedule that runs
+    further, up to the step from which a single late group already costs that much (c0 s + all
+    the work + the least update), at most three times the longest response, the buckets over
+    that span are solved too, each span with half the time, and the larger bound stands.
+    (Neither span wins everywhere. At sci-xw R = 32 on the real engine, upper 294.3 s, twice the
+    longest response closes in 30 s, refined twice, at 285.15 s, where the schedule's span
+    (17,408 steps) reaches 278.2 s in 30 s and 280.4 s in 60 s without closing; an earlier model
+    had the shorter span 1.6 s lower there. The cap keeps trainer-bound rounds, whose train end
+    says nothing about the engine's steps, from buckets thousands of steps wide: at rho 4 HiGHS
+    once ran past its time limit for minutes on such a model.) With ``refine``, once a
     MILP closes with time left, the buckets holding a group in its solution are halved and the
     MILP solved again: every partition gives a valid bound, finer ones a tighter one where the
     solution lies; the largest is returned. (Splitting before a MILP closes, or sharing the
@@ -351,24 +355,21 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
     work = request_work(problem, engine)
     # past the last step F the engine has paid c0 F + all the work, and the last update follows
     unstepped = sum(w[-1] for w in work) + least_last_update(problem)
-    horizon = HORIZON_FACTOR * max(longest, 1)
+    horizons = [HORIZON_FACTOR * max(longest, 1)]
     if upper is not None and engine.c0_s > 0 and problem.R:
         reach = math.ceil((upper - unstepped) / engine.c0_s) + 1
-        horizon = max(horizon, min(reach, HORIZON_CAP * longest))
-    width = max(1, math.ceil(horizon / buckets))
-    starts = np.arange(buckets) * width
+        if min(reach, HORIZON_CAP * longest) > horizons[0]:
+            horizons.append(min(reach, HORIZON_CAP * longest))
     best, best_closed, rounds, orders = 0.0, False, 0, []
-    while True:
-        value, closed, placed = _solve_buckets(problem, engine, work, starts, clock.remaining(), threads)
-        rounds += 1
-        orders += _order(problem, placed)
+    for k, horizon in enumerate(horizons):
+        # the shorter span first, with its share of the time (the longer gets what is left)
+        share = Deadline(clock.remaining() / (len(horizons) - k)) if clock.remaining() is not None else clock
+        width = max(1, math.ceil(horizon / buckets))
+        value, closed, n, found, starts = _refined(problem, engine, work, np.arange(buckets) * width, width, share,
+                                                   threads, refine)
+        rounds, orders = rounds + n, orders + found
         if value > best:
             best, best_closed = value, closed
-        ends = np.append(starts[1:], starts[-1] + 2 * width)   # the open bucket gains a bucket
-        split = sorted({int(b) for b in placed if ends[b] - starts[b] > 1})
-        if not refine or not closed or not split or clock.remaining() < 1.0:
-            break
-        starts = np.union1d(starts, [(starts[b] + ends[b]) // 2 for b in split])
     ranges = 0
     if branch_s > 0 and plan is not None and upper is not None:
         planned = plan(tuple(orders))
@@ -383,6 +384,25 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
         if value > best:
             best, best_closed = value, closed
     return StepBound(best * (1 - BOUND_TOL), best_closed, int(starts.size), width, rounds, ranges, tuple(orders))
+
+
+def _refined(problem: RolloutProblem, engine: EngineModel, work, starts: np.ndarray, width: int, clock, threads: int,
+             refine: bool) -> tuple[float, bool, int, list, np.ndarray]:
+    """The single MILP over buckets beginning at ``starts`` and, with ``refine``, again after each
+    time it closes with the buckets holding a group halved: (the largest bound, whether its MILP
+    closed, MILPs solved, their solutions' orders, the last buckets' starts)."""
+    best, best_closed, rounds, orders = 0.0, False, 0, []
+    while True:
+        value, closed, placed = _solve_buckets(problem, engine, work, starts, clock.remaining(), threads)
+        rounds += 1
+        orders += _order(problem, placed)
+        if value > best:
+            best, best_closed = value, closed
+        ends = np.append(starts[1:], starts[-1] + 2 * width)   # the open bucket gains a bucket
+        split = sorted({int(b) for b in placed if ends[b] - starts[b] > 1})
+        if not refine or not closed or not split or clock.remaining() < 1.0:
+            return best, best_closed, rounds, orders, starts
+        starts = np.union1d(starts, [(starts[b] + ends[b]) // 2 for b in split])
 
 
 def _order(problem: RolloutProblem, placed: np.ndarray) -> list[tuple[int, ...]]:

@@ -154,6 +154,18 @@ def test_the_bound_holds_for_every_policy_and_the_planner_on_random_rounds(probl
         assert min(ends) >= bound - 1e-9 and planned >= bound - 1e-9
 
 
+def test_a_schedule_running_past_twice_the_longest_response_adds_its_span_and_loses_nothing():
+    # upper far above the schedules: the buckets over twice the longest response and over the
+    # schedule's longer span are both solved (two MILPs without refinement), the larger stands
+    p = small_round([[3, 1], [3, 3], [2, 3]], [3, 2, 2], seqs=8, c0=0.01, c1=0.004, c2=0.002, prefill=0.003,
+                    kv_mode="on_demand", U=2, per_token=0.02, optimizer=0.01, budget=6)
+    best = _brute_force_any_trainer(p, 8)
+    alone = step_bound(p, buckets=6, time_limit=30, refine=False)
+    both = step_bound(p, buckets=6, time_limit=30, refine=False, upper=10 * best)
+    assert alone.closed and alone.rounds == 1 and both.rounds == 2
+    assert alone.bound_s <= both.bound_s <= best + 1e-9
+
+
 def test_a_milp_highs_cannot_stop_leaves_the_bound_valid_and_the_limit_kept():
     # found by the test above: from the refinement's 44-bucket MILP of this round, HiGHS 1.16
     # loops past its time limit; the step bound stops it and keeps the bound of the MILPs before

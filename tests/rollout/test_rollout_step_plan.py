@@ -161,9 +161,14 @@ def test_a_schedule_running_past_twice_the_longest_response_adds_its_span_and_lo
                     kv_mode="on_demand", U=2, per_token=0.02, optimizer=0.01, budget=6)
     best = _brute_force_any_trainer(p, 8)
     alone = step_bound(p, buckets=6, time_limit=30, refine=False)
-    both = step_bound(p, buckets=6, time_limit=30, refine=False, upper=10 * best)
-    assert alone.closed and alone.rounds == 1 and both.rounds == 2
-    assert alone.bound_s <= both.bound_s <= best + 1e-9
+    assert alone.closed and alone.rounds == 1
+    for threads in (1, 2):       # one after the other, or side by side
+        both = step_bound(p, buckets=6, time_limit=30, refine=False, upper=10 * best, threads=threads)
+        assert both.rounds == 2 and alone.bound_s <= both.bound_s <= best + 1e-9
+    # one sequence: the 18 tokens need 18 steps, more than twice the longest response (16), so
+    # only the longer span is solved
+    serial = _serial_round(1, 30)
+    assert step_bound(serial, buckets=6, time_limit=30, refine=False, upper=10.0).rounds == 1
 
 
 def test_a_milp_highs_cannot_stop_leaves_the_bound_valid_and_the_limit_kept():

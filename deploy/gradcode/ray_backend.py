@@ -1,9 +1,9 @@
 """Distributed training on Ray (extra ``pipeplan[ray]``): one actor per worker holding its
 partitions, dealt round-robin over the cluster's live nodes (each actor pinned to its node:
-Ray's ``SPREAD`` is best effort and once left a node of three empty); the master sends each step's weights,
-takes replies as they come (``ray.wait``) until it can decode (the first n-s, or the first of
-every group), drops replies tagged with an older step, and updates with the same ``protocol``
-code as the simulated backend.
+Ray's ``SPREAD`` is best effort and once left a node of three empty); the master sends each
+step's weights, takes replies as they come (``ray.wait``) until it can decode (the first n-s,
+or the first of every group), drops replies tagged with an older step, and updates with the
+same ``protocol`` code as the simulated backend.
 
 Straggling is injected: after computing, a worker waits its virtual reply time (computation +
 delay drawn from the problem's straggler model) times ``time_scale``. Two ways:

@@ -91,14 +91,19 @@ class GroupTerms:
         return [[a + self.c0 * t / self.seqs for a, t in zip(self.add, self.tokens)],
                 [a + self.c0 * e / self.cap for a, e in zip(self.add, self.kv)]]
 
-    def earliest(self, groups) -> float:
-        """E(S): a lower bound on the time at which every group of S is complete."""
+    def steps(self, groups) -> float:
+        """The decode steps before every group of S can be complete: its longest response, and its
+        tokens and KV token-steps within the batch and KV limits."""
         groups = list(groups)
         if not groups:
             return 0.0
-        steps = max(max(self.longest[g] for g in groups), sum(self.tokens[g] for g in groups) / self.seqs,
-                    sum(self.kv[g] for g in groups) / self.cap)
-        return sum(self.add[g] for g in groups) + self.c0 * steps
+        return max(max(self.longest[g] for g in groups), sum(self.tokens[g] for g in groups) / self.seqs,
+                   sum(self.kv[g] for g in groups) / self.cap)
+
+    def earliest(self, groups) -> float:
+        """E(S): a lower bound on the time at which every group of S is complete."""
+        groups = list(groups)
+        return sum(self.add[g] for g in groups) + self.c0 * self.steps(groups)
 
 
 def group_terms(problem: RolloutProblem, engine: EngineModel | None = None, demands=None) -> GroupTerms:

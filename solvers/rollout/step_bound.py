@@ -98,6 +98,7 @@ from itertools import pairwise
 import numpy as np
 
 from pipeplan.core.deadline import run_within
+from pipeplan.formulations.rollout.flowshop_bound import group_terms
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 
 BUCKETS = 32          # default number of step buckets (HiGHS closes 32 at R = 32 in about 20 s)
@@ -369,9 +370,7 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
             # the shorter span too, unless the round cannot end within it (the batch and KV rows
             # over every token: most R = 64 rounds on a linear engine), where its open bucket
             # holds groups that no row charges and its time would be lost to the longer span
-            toks, kv = request_load(problem, engine)
-            least = max(sum(t[-1] for t in toks) / engine.max_num_seqs,
-                        sum(k[-1] for k in kv) / engine.kv_capacity_tokens)
+            least = group_terms(problem, engine).steps(range(problem.R))
             horizons = [longer] if least >= horizons[0] else horizons + [longer]
     lanes = min(len(horizons), max(1, threads))
 

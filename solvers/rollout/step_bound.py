@@ -380,13 +380,14 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
         share = clock if lanes > 1 else Deadline(clock.remaining() / (len(horizons) - k))
         width = max(1, math.ceil(horizon / buckets))
         return _refined(problem, engine, work, np.arange(buckets) * width, width, share,
-                        max(1, threads // lanes), refine) + (width,)
+                        max(1, threads // lanes), refine)
 
     with ThreadPoolExecutor(lanes) as pool:
         spans = list(pool.map(span, range(len(horizons)), horizons))
-    rounds = sum(n for _, _, n, _, _, _ in spans)
-    orders = [order for sp in spans for order in sp[3]]
-    best, best_closed, _, _, starts, width = max(spans, key=lambda sp: sp[0])
+    rounds = sum(sp.solved for sp in spans)
+    orders = [order for sp in spans for order in sp.orders]
+    top = max(spans, key=lambda sp: sp.bound)
+    best, best_closed = top.bound, top.closed
     ranges = 0
     if branch_s > 0 and plan is not None and upper is not None:
         planned = plan(tuple(orders))
@@ -400,14 +401,24 @@ def step_bound(problem: RolloutProblem, engine: EngineModel | None = None, *, bu
         orders += found
         if value > best:
             best, best_closed = value, closed
-    return StepBound(best * (1 - BOUND_TOL), best_closed, int(starts.size), width, rounds, ranges, tuple(orders))
+    return StepBound(best * (1 - BOUND_TOL), best_closed, int(top.starts.size), top.width, rounds, ranges, tuple(orders))
+
+
+@dataclass(frozen=True)
+class _Span:
+    """What the single MILP, refined, gave over one span of steps (``_refined``)."""
+    bound: float            # the largest bound of its MILPs
+    closed: bool            # whether the MILP of that bound closed
+    solved: int             # MILPs solved
+    orders: list            # their solutions' group orders (``_order``)
+    starts: np.ndarray      # the last buckets' starts
+    width: int              # the first buckets' width
 
 
 def _refined(problem: RolloutProblem, engine: EngineModel, work, starts: np.ndarray, width: int, clock, threads: int,
-             refine: bool) -> tuple[float, bool, int, list, np.ndarray]:
+             refine: bool) -> _Span:
     """The single MILP over buckets beginning at ``starts`` and, with ``refine``, again after each
-    time it closes with the buckets holding a group halved: (the largest bound, whether its MILP
-    closed, MILPs solved, their solutions' orders, the last buckets' starts)."""
+    time it closes with the buckets holding a group halved."""
     best, best_closed, rounds, orders = 0.0, False, 0, []
     while True:
         value, closed, placed = _solve_buckets(problem, engine, work, starts, clock.remaining(), threads)
@@ -418,7 +429,7 @@ def _refined(problem: RolloutProblem, engine: EngineModel, work, starts: np.ndar
         ends = np.append(starts[1:], starts[-1] + 2 * width)   # the open bucket gains a bucket
         split = sorted({int(b) for b in placed if ends[b] - starts[b] > 1})
         if not refine or not closed or not split or clock.remaining() < 1.0:
-            return best, best_closed, rounds, orders, starts
+            return _Span(best, best_closed, rounds, orders, starts, width)
         starts = np.union1d(starts, [(starts[b] + ends[b]) // 2 for b in split])
 
 

@@ -34,6 +34,8 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
                     raise InputError(str(path), f"line {n}", f"invalid JSON ({exc.msg})") from None
                 except RecursionError:
                     raise InputError(str(path), f"line {n}", "nested too deeply") from None
+                except ValueError as exc:      # an integer past Python's digit limit
+                    raise InputError(str(path), f"line {n}", f"invalid number ({str(exc).partition(';')[0]})") from None
                 if not isinstance(row, dict):
                     raise InputError(str(path), f"line {n}", "expected a JSON object")
                 rows.append((n, row))

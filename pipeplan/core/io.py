@@ -20,8 +20,10 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import stat
+import sys
 import tempfile
 import tomllib
 from contextlib import contextmanager
@@ -123,6 +125,16 @@ def load_json(path: str | Path) -> Any:
         raise InputError(str(path), f"line {exc.lineno}", f"invalid JSON ({exc.msg})") from None
     except RecursionError:
         raise InputError(str(path), "", "nested too deeply") from None
+    except ValueError as exc:       # an integer past Python's digit limit (sys.get_int_max_str_digits)
+        raise InputError(str(path), long_number_line(text), f"invalid number ({str(exc).partition(';')[0]})") from None
+
+
+def long_number_line(text: str) -> str:
+    """``line N`` of the first run of digits longer than the interpreter converts to an int
+    (json and tomllib raise a plain ValueError without a position for it)."""
+    limit = sys.get_int_max_str_digits()
+    match = re.search(rf"\d{{{limit + 1},}}", text) if limit else None
+    return f"line {text.count(chr(10), 0, match.start()) + 1}" if match else ""
 
 
 def load_toml(path: str | Path) -> dict:
@@ -135,6 +147,8 @@ def load_toml(path: str | Path) -> dict:
         raise InputError(str(path), "", f"invalid TOML ({exc})") from None
     except RecursionError:
         raise InputError(str(path), "", "nested too deeply") from None
+    except ValueError as exc:       # an integer past Python's digit limit
+        raise InputError(str(path), long_number_line(text), f"invalid number ({str(exc).partition(';')[0]})") from None
 
 
 def read_csv(path: str | Path, *, what: str = "CSV file") -> list[tuple[int, list[str]]]:

@@ -81,6 +81,28 @@ def test_nesting_at_any_depth_is_data_or_a_clear_error_never_a_recursion_error(t
     assert doc == []
 
 
+@pytest.mark.parametrize("kind", ["json", "toml"])
+def test_an_integer_past_the_digit_limit_is_a_clear_error_naming_its_line(tmp_path, kind):
+    digits = "1" * 5000                 # Python refuses to convert more than 4300 digits to an int
+    path = tmp_path / f"n.{kind}"
+    path.write_text('{\n"a": 1,\n"b": ' + digits + "\n}" if kind == "json" else f"a = 1\nb = {digits}\n")
+    with pytest.raises(InputError) as exc:
+        load_json(path) if kind == "json" else load_toml(path)
+    assert exc.value.source == str(path) and exc.value.field == ("line 3" if kind == "json" else "line 2")
+    assert "digits" in exc.value.message
+
+
+def test_the_cli_names_the_line_of_an_integer_past_the_digit_limit(tmp_path):
+    doc = json.loads((GOOD / "rollout_problem.json").read_text())
+    problem = tmp_path / "p.json"
+    problem.write_text(json.dumps(doc).replace('"max_response_tokens": 0', '"max_response_tokens": 1' + "0" * 5000))
+    assert_input_error(run_cli("rollout", "simulate", problem), "p.json: line 1: invalid number")
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"prompt_id": 0, "sample_id": 0, "response_tokens": 5}\n'
+                     '{"prompt_id": 0, "sample_id": 1, "response_tokens": 1' + "0" * 5000 + "}\n")
+    assert_input_error(run_cli("rollout", "simulate", "--trace", trace), "t.jsonl: line 2: invalid number")
+
+
 # --- inputs that are not regular files or are too large --------------------------------------
 
 def test_a_fifo_device_or_folder_is_refused_without_opening_it_for_reading(tmp_path):

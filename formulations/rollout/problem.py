@@ -19,6 +19,9 @@ KV_MODES = ("reserve", "on_demand")
 RETRACT_RULES = ("sglang", "vllm")
 RESUME_MODES = ("recompute", "swap")
 ROUTERS = ("round_robin", "least_load", "group_affinity")
+# replicas beyond max(requests, FEW_REPLICAS) are refused: no request ever reaches them, and the
+# simulator visits every replica at each decision (a billion of them would never finish)
+FEW_REPLICAS = 16
 
 
 def _positive(source: str, where: str, value, *, integer: bool = False, zero_ok: bool = False) -> None:
@@ -267,6 +270,9 @@ class RolloutProblem:
             raise InputError(src, "trainer.token_budget",
                              f"{self.trainer.token_budget} tokens per micro-batch cannot hold sample {biggest} "
                              f"({self.footprint(biggest)} tokens)")
+        if self.engine.replicas > max(self.n_requests, FEW_REPLICAS):   # the simulator visits every replica
+            raise InputError(src, "engine.replicas", f"{self.engine.replicas} replicas for {self.n_requests} requests: "
+                             f"at most one per request (or {FEW_REPLICAS}); the others would never run one")
         if self.arrival and sorted(self.arrival) != list(range(self.n_requests)):
             raise InputError(src, "arrival", f"must list every request 0..{self.n_requests - 1} once")
 

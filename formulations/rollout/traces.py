@@ -65,6 +65,8 @@ def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=N
                seed: int = 0) -> RolloutProblem:
     """A round from a trace; ``R`` keeps the first R prompts."""
     path = Path(path)
+    if R is not None and (isinstance(R, bool) or not isinstance(R, int) or R < 1):
+        raise InputError(str(path), "R", f"groups per round must be at least 1, got {R!r}")
     groups: dict[str, dict] = {}
     for n, row in _rows(path):
         for key in REQUIRED:
@@ -79,8 +81,8 @@ def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=N
             g["prompt"] = _count(path, n, row, "prompt_tokens", positive=True)
     if not groups:
         raise InputError(str(path), "", "no rows")
-    chosen = list(groups.items())[:R] if R else list(groups.items())
-    if R and len(chosen) < R:
+    chosen = list(groups.items())[:R] if R is not None else list(groups.items())
+    if R is not None and len(chosen) < R:
         raise InputError(str(path), "R", f"the trace has {len(chosen)} prompts, fewer than R = {R}")
     sizes = {len(g["samples"]) for _, g in chosen}
     if len(sizes) != 1:

@@ -120,6 +120,12 @@ def _rng(seed: int, salt: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(salt.encode())])
 
 
+def check_seed(source: str, seed) -> None:
+    """The lengths and arrival orders are drawn from ``seed``: a whole number >= 0."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(source, "seed", f"expected a whole number >= 0, got {seed!r}")
+
+
 def sample_lengths(w: Workload, R: int, K: int, seed: int) -> tuple[list[int], list[list[int]]]:
     """(prompt tokens per group, response tokens per group and sample). The first R groups do
     not depend on how many more are drawn, so a round of 32 is a prefix of a round of 96."""
@@ -149,6 +155,8 @@ def make_round(name: str, prompts: list[int], responses: list[list[int]], *, eng
                trainer: TrainerModel | None = None, jitter_groups: float = ARRIVAL_JITTER_GROUPS, seed: int = 0,
                max_response_tokens: int = 0, source: str = "", meta: dict | None = None) -> RolloutProblem:
     R, K = len(responses), len(responses[0]) if responses else 0
+    if not jitter_groups <= 0:                  # arrival_order draws from the seed
+        check_seed(source or name, seed)
     return RolloutProblem(name=name, prompt_tokens=tuple(prompts), response_tokens=tuple(tuple(r) for r in responses),
                           engine=engine or QWEN3_1_7B_2xA100, trainer=trainer or MEGATRON_8x4090,
                           arrival=arrival_order(R, K, jitter_groups, seed) if K else (),
@@ -179,6 +187,7 @@ def preset_round(name: str, R: int, *, K: int = K_PAPER, seed: int = 0, engine: 
         raise InputError(name, "K", f"samples per group must be at least 1, got {K!r}")
     if isinstance(R, bool) or not isinstance(R, int) or R < 1:
         raise InputError(name, "R", f"groups per round must be at least 1, got {R!r}")
+    check_seed(name, seed)
     check_memory("--R", R * rounds, K * BYTES_PER_REQUEST)
     if max_response_tokens is not None:
         if max_response_tokens < 1:

@@ -68,6 +68,10 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("async", "--staleness", "0,-1"), ("--staleness",)),
     (("async", "--rounds", "0"), ("--rounds",)),
     (("compare", "--workload", "lsat-ar", "--R", "4", "--rounds", "2", "--offline"), ("--offline", "one round")),
+    (("simulate", "--workload", "lsat-ar", "--R", "4", "--seed", "-1"), ("lsat-ar: seed", ">= 0")),
+    (("sweep", "--R", "4", "--seed", "-1"), ("lsat-ar: seed", ">= 0")),
+    (("simulate", "--workload", "lsat-ar", "--R", "4", "--engine", "replicas=1000000000000"),
+     ("engine.replicas", "32 requests")),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
     proc = cli(*args, "--out", tmp_path / "out" / "x.json" if args[0] == "simulate" else tmp_path / "out")
@@ -83,6 +87,15 @@ def test_trace_with_a_negative_length_is_rejected(tmp_path):
     assert not (tmp_path / "s.json").exists()
     f.write_text("prompt_id,sample_id,response_tokens\na,0,10\na,1,\nb,0,3\nb,1,4\n")
     assert_input_error(cli("simulate", "--trace", f), "line 3: response_tokens: missing")
+
+
+def test_trace_seed_and_R_out_of_range_are_rejected(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("prompt_id,sample_id,response_tokens\na,0,10\na,1,1\nb,0,3\nb,1,4\nc,0,3\nc,1,4\n")
+    for R in ("0", "-1"):               # -1 used to drop the last prompt, 0 to keep them all
+        assert_input_error(cli("simulate", "--trace", f, "--R", R), "t.csv: R", "at least 1")
+    assert_input_error(cli("simulate", "--trace", f, "--seed", "-1", "--jitter", "2"), "t.csv: seed", ">= 0")
+    assert cli("simulate", "--trace", f, "--R", "2").returncode == 0
 
 
 def test_simulate_with_engine_features_rounds_and_staleness():

@@ -72,6 +72,17 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("sweep", "--R", "4", "--seed", "-1"), ("lsat-ar: seed", ">= 0")),
     (("simulate", "--workload", "lsat-ar", "--R", "4", "--engine", "replicas=1000000000000"),
      ("engine.replicas", "32 requests")),
+    (("sweep", "--R", "4", "--rhos", "1,inf"), ("--rhos", "finite")),
+    (("optimum-gaps", "--workloads", "lsat-ar", "--rs", "2", "--rhos", "1e400"), ("--rhos", "finite")),
+    (("async", "--R", "2", "--rounds", "2", "--seeds", "1", "--workloads", "lsat-ar", "--staleness", "1"),
+     ("--staleness", "include 0")),
+    (("async", "--R", "2", "--rounds", "2", "--seeds", "1", "--workloads", ","), ("--workloads",)),
+    (("frontier", "--seeds", "1", "--workloads", ","), ("--workloads",)),
+    (("optimum-gaps", "--workloads", ",", "--rs", "2", "--rhos", "none"), ("--workloads",)),
+    (("regimes", "--cpsat-time-limit", "nan"), ("--cpsat-time-limit",)),
+    (("regimes", "--jobs", "1000000"), ("--jobs", "memory")),
+    (("reproduce", "--jitter", "nan"), ("--jitter",)),
+    (("reproduce", "--jitter", "-1"), ("--jitter",)),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
     proc = cli(*args, "--out", tmp_path / "out" / "x.json" if args[0] == "simulate" else tmp_path / "out")
@@ -96,6 +107,18 @@ def test_trace_seed_and_R_out_of_range_are_rejected(tmp_path):
         assert_input_error(cli("simulate", "--trace", f, "--R", R), "t.csv: R", "at least 1")
     assert_input_error(cli("simulate", "--trace", f, "--seed", "-1", "--jitter", "2"), "t.csv: seed", ">= 0")
     assert cli("simulate", "--trace", f, "--R", "2").returncode == 0
+
+
+def test_simulate_checks_both_outputs_before_writing_either(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for gantt in (tmp_path / "file" / "g.png", tmp_path, tmp_path / "s.json"):
+        proc = cli("simulate", "rollout/tiny-0", "--out", tmp_path / "s.json", "--gantt", gantt)
+        assert_input_error(proc, str(gantt.name))
+        assert not (tmp_path / "s.json").exists()
+    (tmp_path / "new").mkdir()
+    proc = cli("simulate", "rollout/tiny-0", "--out", tmp_path / "new" / "s.json", "--gantt", tmp_path / "new" / "g.png")
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in (tmp_path / "new").iterdir()} == {"s.json", "g.png"}
 
 
 def test_simulate_with_engine_features_rounds_and_staleness():

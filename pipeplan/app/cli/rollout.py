@@ -25,10 +25,12 @@ from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import staged_folder
+from pipeplan.core.sizes import check_memory
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
 
 ALL = "all"
+BYTES_PER_JOB = 256 << 20   # a worker process of `regimes --jobs` (as bench's --jobs)
 
 
 def _engine_changes(items: list[str] | None) -> dict:
@@ -55,14 +57,18 @@ def _engine_changes(items: list[str] | None) -> dict:
     return out
 
 
+def _check_jitter(jitter: Optional[float]) -> None:
+    if jitter is not None and not (math.isfinite(jitter) and jitter >= 0):
+        raise InputError("--jitter", "", f"must be a number of groups >= 0, got {jitter}")
+
+
 def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
              engine=None, tail="paper", rounds=1):
     from pipeplan.formulations.rollout.traces import load_trace
     from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
     from pipeplan.instances.rollout import load_instance
 
-    if jitter is not None and not (math.isfinite(jitter) and jitter >= 0):
-        raise InputError("--jitter", "", f"must be a number of groups >= 0, got {jitter}")
+    _check_jitter(jitter)
     given = [x is not None for x in (instance, workload, trace)]
     if sum(given) != 1:
         raise InputError("rollout", "", "give exactly one of INSTANCE, --workload or --trace")
@@ -121,6 +127,24 @@ THREADS_HELP = "threads of CP-SAT"
 FRONTIER_HELP = "F_w, groups (fgd-*)"
 
 
+def _check_outputs(*paths: Optional[Path]) -> None:
+    """Before any work, every file a command will write (so one cannot be written and the next
+    refused): not a link, folder, device or input, not below a file, and no two the same."""
+    from pipeplan.core.io import check_output
+
+    seen: set[Path] = set()
+    for path in filter(None, paths):
+        check_output(path)
+        folder = Path(path).absolute().parent
+        while not folder.exists():
+            folder = folder.parent
+        if not folder.is_dir():
+            raise InputError(str(path), "", f"cannot write ({folder} is not a folder)")
+        if Path(path).resolve() in seen:
+            raise InputError(str(path), "", "given for two outputs of this command")
+        seen.add(Path(path).resolve())
+
+
 @rollout_app.command("simulate")
 def simulate_cmd(instance: Optional[str] = INSTANCE,
                  policy: str = typer.Option("fgd-soft", "--policy", help=f"online policy: {listed('rollout policies')} "
@@ -144,6 +168,7 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
     get_solver("rollout", policy)
     if policy in OFFLINE:
         raise InputError("--policy", "", f"{policy} is an offline planner; use `pipeplan rollout optimum`")
+    _check_outputs(out, gantt)
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
                        engine, tail, rounds)
     schedule = gantt_schedule(problem, policy, frontier, staleness)
@@ -245,8 +270,8 @@ def _floats(text: str, name: str) -> list[float]:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(name, "", f"expected comma-separated numbers, got {text!r}") from None
-    if not values or any(not v > 0 for v in values):
-        raise InputError(name, "", f"expected positive numbers, got {text!r}")
+    if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
+        raise InputError(name, "", f"expected positive finite numbers, got {text!r}")
     return values
 
 
@@ -258,6 +283,14 @@ def _whole_numbers(text: str, name: str, least: int) -> list[int]:
     if not values or any(v < least for v in values):
         raise InputError(name, "", f"expected whole numbers >= {least}, got {text!r}")
     return values
+
+
+def _workload_names(text: str) -> list[str]:
+    """A ``--workloads`` comma list: at least one name (each checked by the caller)."""
+    names = [w.strip() for w in text.split(",") if w.strip()]
+    if not names:
+        raise InputError("--workloads", "", f"expected a comma list of workload presets, got {text!r}")
+    return names
 
 
 def _engines(text: str) -> list[str]:
@@ -320,6 +353,7 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
     from pipeplan.core.tables import csv_text
     from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
 
+    _check_jitter(jitter)
     jitter = ARRIVAL_JITTER_GROUPS if jitter is None else jitter
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates
     command = command_text("pipeplan rollout reproduce")
@@ -353,7 +387,7 @@ def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "s
     from pipeplan.core.tables import csv_text
     from pipeplan.formulations.rollout.workloads import preset_round
 
-    names = [w.strip() for w in workloads.split(",") if w.strip()]
+    names = _workload_names(workloads)
     for w in names:
         preset_round(w, 32)                      # unknown presets fail before any work
     command = command_text("pipeplan rollout frontier")
@@ -381,8 +415,10 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
     from pipeplan.core.tables import csv_text
     from pipeplan.formulations.rollout.workloads import preset_round
 
-    names = [w.strip() for w in workloads.split(",") if w.strip()]
+    names = _workload_names(workloads)
     etas = _whole_numbers(stalenesses, "--staleness", 0)
+    if 0 not in etas:       # each row's speedup is against the on-policy run (staleness 0)
+        raise InputError("--staleness", "", f"must include 0, the on-policy baseline of the speedups, got {stalenesses!r}")
     for w in names:
         preset_round(w, R, rounds=rounds)        # bad presets, R < U fail before any work
     command = command_text("pipeplan rollout async")
@@ -431,8 +467,8 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
     from pipeplan.app.studies.rollout_regimes import regime_map, write_regimes
     from pipeplan.formulations.rollout.workloads import preset_round
 
-    if cpsat_time_limit < 0:
-        raise InputError("--cpsat-time-limit", "", f"must be >= 0 seconds, got {cpsat_time_limit}")
+    check_limits(cpsat_time_limit, option="--cpsat-time-limit", zero_ok=True)
+    check_memory("--jobs", jobs, BYTES_PER_JOB)
     preset_round(workload, 32)                  # an unknown preset fails before any work
     command = command_text("pipeplan rollout regimes")
     with _progress("regimes") as progress:
@@ -476,7 +512,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     check_limits(branch_time, threads, option="--branch-time", zero_ok=True)
     check_limits(lns_time, threads, option="--lns-time", zero_ok=True)
     branch_time = BRANCH_TIME if branch_time is None else branch_time
-    names = [w.strip() for w in workloads.split(",") if w.strip()]
+    names = _workload_names(workloads)
     Rs = _whole_numbers(rs, "--rs", 1)
     for w in names:
         for R in {32, *Rs}:                     # the rho sweep's R = 32 too

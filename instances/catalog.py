@@ -48,14 +48,14 @@ def load_mapping(name: str):
 
     path = Path(name)
     if path.suffix == ".json" and path.exists():
-        return load_problem_file(path)
+        return load_problem_file(path, trusted=path.resolve().is_relative_to(INSTANCES_DIR.resolve()))
     if path.suffix == ".onnx":
         raise InputError(name, "instance", f"an ONNX model needs a profile first: `pipeplan instance {name} "
                                            f"--out {path.stem}.json` (measures this host), then use {path.stem}.json")
     if name.startswith("khadas-vim3/"):
         file = INSTANCES_DIR / f"{name}.json"
         if file.exists():
-            return load_problem_file(file)
+            return load_problem_file(file, trusted=True)
     else:
         from pipeplan.instances.operator_level import DEFAULT_GRANULARITY, check_granularity
         base, at, granularity = name.partition("@")

@@ -1,7 +1,8 @@
 """Loading mapping instances from their JSON file (``pipeplan.mapping-instance/1``).
 
 An instance holds the unit graph and either an inline profile or a path to a profile file,
-relative to the instance file. A unit may list ``members``: the ONNX nodes it stands for (a
+relative to the instance file and inside its folder (links followed; only the shipped catalogue
+instances, ``trusted``, point at the shared profiles/ folder beside them). A unit may list ``members``: the ONNX nodes it stands for (a
 fused unit or a block; see ``problem.Unit``); a list of names, none in two units.
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_json
+from pipeplan.core.io import inside_folder, load_json
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.formulations.mapping.profile import SCHEMA as PROFILE_SCHEMA
 from pipeplan.formulations.mapping.profile import load_profile, profile_from_dict
@@ -18,7 +19,7 @@ from pipeplan.formulations.mapping.profile import load_profile, profile_from_dic
 INSTANCE_SCHEMA = "pipeplan.mapping-instance/1"
 
 
-def problem_from_dict(doc: Any, source: str, base: Path | None = None) -> MappingProblem:
+def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, trusted: bool = False) -> MappingProblem:
     if not isinstance(doc, dict):
         raise InputError(source, "", "expected a JSON object")
     if doc.get("schema") == PROFILE_SCHEMA:
@@ -58,7 +59,8 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None) -> Mappin
         edges.append(Edge(e["src"], e["dst"], e.get("bytes")))
     prof = doc.get("profile")
     if isinstance(prof, str):
-        path = (base or Path(".")) / prof
+        folder = base or Path(".")
+        path = folder / prof if trusted else inside_folder(folder, prof, source, "profile")
         if not path.is_file():
             raise InputError(source, "profile", f"no profile file {str(path)!r}")
         profile = load_profile(path)
@@ -68,6 +70,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None) -> Mappin
                           edges=tuple(edges), profile=profile, source=source)
 
 
-def load_problem_file(path: str | Path) -> MappingProblem:
+def load_problem_file(path: str | Path, *, trusted: bool = False) -> MappingProblem:
+    """``trusted``: a shipped catalogue instance, whose profile lies in the package's profiles/."""
     path = Path(path)
-    return problem_from_dict(load_json(path), str(path), base=path.parent)
+    return problem_from_dict(load_json(path), str(path), base=path.parent, trusted=trusted)

@@ -2,6 +2,7 @@
 as a user would, must give exit status 2, a one-line message naming the file and the field, no
 traceback, and leave nothing behind where output was asked for."""
 import json
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -26,9 +27,11 @@ def test_corpus_is_large_and_covers_every_format():
 
 
 def _profile_wrapper(profile: Path, folder: Path) -> Path:
-    """A valid instance whose profile is the (bad) corpus file."""
+    """A valid instance whose profile is the (bad) corpus file, copied beside it (an instance
+    reads profiles inside its own folder only)."""
     doc = json.loads((CORPUS / "good" / "diamond.json").read_text())
-    doc["profile"] = str(profile)
+    shutil.copyfile(profile, folder / profile.name)
+    doc["profile"] = profile.name
     path = folder / "diamond_with_bad_profile.json"
     path.write_text(json.dumps(doc))
     return path
@@ -46,7 +49,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
     assert proc.stdout == "", proc.stdout
     assert not out.exists() or not any(out.rglob("*")), sorted(out.rglob("*"))
     assert sorted(CORPUS.rglob("*")) == before          # nothing written beside the input either
-    assert {p.name for p in tmp_path.iterdir()} <= {"diamond_with_bad_profile.json"}
+    assert {p.name for p in tmp_path.iterdir()} <= {"diamond_with_bad_profile.json", file.name}
 
 
 GOOD = CORPUS / "good"

@@ -249,3 +249,22 @@ def test_sizes_past_the_memory_cap_are_refused_before_allocating(tmp_path, args,
     proc = run_cli(*args, cwd=tmp_path)
     assert_input_error(proc, option, "PIPEPLAN_MAX_MEMORY_MB")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_instance_reads_its_profile_only_inside_its_own_folder(tmp_path):
+    """'..', an absolute path or a link out of the instance's folder is refused before the profile
+    is opened; a profile beside the instance, and the shipped catalogue, still load."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "p.json").write_text((GOOD / "profile.json").read_text())
+    inst = tmp_path / "inst"
+    inst.mkdir()
+    (inst / "link.json").symlink_to(tmp_path / "elsewhere" / "p.json")
+    (inst / "p.json").write_text((GOOD / "profile.json").read_text())
+    doc = json.loads((GOOD / "diamond.json").read_text())
+    for name in ("../elsewhere/p.json", str(tmp_path / "elsewhere" / "p.json"), "link.json"):
+        (inst / "i.json").write_text(json.dumps({**doc, "profile": name}))
+        assert_input_error(run_cli("evaluate", inst / "i.json", "--mapping", "ABAB"), "i.json: profile", "inside")
+    (inst / "i.json").write_text(json.dumps({**doc, "profile": "p.json"}))
+    assert run_cli("evaluate", inst / "i.json", "--mapping", "ABAB").returncode == 0
+    for shipped in ("khadas-vim3/Alex", ROOT / "instances" / "khadas-vim3" / "Alex.json"):   # ../../profiles/
+        assert run_cli("solve", shipped, "--solver", "heft").returncode == 0

@@ -58,6 +58,8 @@ def test_simulate_and_train_print_json(tmp_path):
     (("place", "--scheme", "fr", "--n", 10, "--s", 2), ("FR needs (s+1) | n",)),
     (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--trace", "no/such.csv"), ("cannot read delay trace",)),
     (("place", "--scheme", "nope", "--n", 4, "--s", 1), ("unknown scheme",)),
+    (("place", "--scheme", "cr", "--n", 4, "--s", 1, "--seed", -1), ("--seed",)),
+    (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 10, "--seed", -1), ("--seed",)),
 ])
 def test_bad_options(args, needles, tmp_path):
     out = tmp_path / "never.json"

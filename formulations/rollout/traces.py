@@ -78,7 +78,11 @@ def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=N
             raise InputError(str(path), f"line {n}", f"prompt {pid!r} sample {sid!r} appears twice")
         g["samples"][sid] = _count(path, n, row, "response_tokens")
         if row.get("prompt_tokens") not in (None, ""):
-            g["prompt"] = _count(path, n, row, "prompt_tokens", positive=True)
+            prompt = _count(path, n, row, "prompt_tokens", positive=True)
+            if g["prompt"] not in (None, prompt):       # one prompt, one length
+                raise InputError(str(path), f"line {n}: prompt_tokens",
+                                 f"{prompt} for prompt {pid!r}, which an earlier row gave {g['prompt']}")
+            g["prompt"] = prompt
     if not groups:
         raise InputError(str(path), "", "no rows")
     chosen = list(groups.items())[:R] if R is not None else list(groups.items())

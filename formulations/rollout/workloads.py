@@ -188,7 +188,7 @@ def preset_round(name: str, R: int, *, K: int = K_PAPER, seed: int = 0, engine: 
     if isinstance(R, bool) or not isinstance(R, int) or R < 1:
         raise InputError(name, "R", f"groups per round must be at least 1, got {R!r}")
     check_seed(name, seed)
-    check_memory("--R", R * rounds, K * BYTES_PER_REQUEST)
+    check_memory("--R x --K", R * rounds, K * BYTES_PER_REQUEST)
     if max_response_tokens is not None:
         if max_response_tokens < 1:
             raise InputError(name, "max_response_tokens", f"must be positive, got {max_response_tokens}")

@@ -83,6 +83,9 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("regimes", "--jobs", "1000000"), ("--jobs", "memory")),
     (("reproduce", "--jitter", "nan"), ("--jitter",)),
     (("reproduce", "--jitter", "-1"), ("--jitter",)),
+    (("simulate", "rollout/tiny-0", "--R", "4"), ("--R", "--trace files only", "rollout/tiny-0")),
+    (("simulate", "rollout/tiny-0", "--K", "4"), ("--K", "--workload presets only")),
+    (("simulate", "rollout/tiny-0", "--max-response", "100"), ("--max-response", "--workload presets only")),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
     proc = cli(*args, "--out", tmp_path / "out" / "x.json" if args[0] == "simulate" else tmp_path / "out")
@@ -107,6 +110,16 @@ def test_trace_seed_and_R_out_of_range_are_rejected(tmp_path):
         assert_input_error(cli("simulate", "--trace", f, "--R", R), "t.csv: R", "at least 1")
     assert_input_error(cli("simulate", "--trace", f, "--seed", "-1", "--jitter", "2"), "t.csv: seed", ">= 0")
     assert cli("simulate", "--trace", f, "--R", "2").returncode == 0
+
+
+def test_trace_options_of_drawn_rounds_and_clashing_prompt_lengths_are_rejected(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("prompt_id,sample_id,response_tokens,prompt_tokens\na,0,10,5\na,1,1,5\nb,0,3,7\nb,1,4,7\n")
+    for option in (("--K", "4"), ("--max-response", "8"), ("--tail", "heavy")):   # used to be ignored
+        assert_input_error(cli("simulate", "--trace", f, *option), option[0], "--workload presets only")
+    assert cli("simulate", "--trace", f).returncode == 0
+    f.write_text("prompt_id,sample_id,response_tokens,prompt_tokens\na,0,10,5\na,1,1,6\nb,0,3,7\nb,1,4,7\n")
+    assert_input_error(cli("simulate", "--trace", f), "t.csv: line 3: prompt_tokens", "earlier row gave 5")
 
 
 def test_simulate_checks_both_outputs_before_writing_either(tmp_path):
@@ -137,3 +150,14 @@ def test_async_study_writes_its_files(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"async.md", "async.csv", "async.png"}
     rows = (tmp_path / "async.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 4          # header + 2 KV sizes x 2 staleness bounds x 4 policies
+
+
+@pytest.mark.parametrize("command", [("sweep", "--R", "4", "--rhos", "1", "--engines", "real"),
+                                     ("optimum-gaps", "--workloads", "lsat-ar", "--rs", "4", "--rhos", "none"),
+                                     ("compare", "rollout/tiny-0", "--policies", "cgp")])
+def test_a_study_refuses_a_file_as_its_output_folder_before_any_work(tmp_path, command):
+    taken = tmp_path / "taken.md"
+    taken.write_text("mine")
+    proc = cli(*command, "--out", taken)
+    assert_input_error(proc, "taken.md", "output folder is a file")
+    assert taken.read_text() == "mine"

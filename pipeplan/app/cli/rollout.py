@@ -24,7 +24,7 @@ from pipeplan.app.cli.common import command_text, listed
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import staged_folder
+from pipeplan.core.io import check_output, staged_folder
 from pipeplan.core.sizes import check_memory
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
@@ -65,23 +65,30 @@ def _check_jitter(jitter: Optional[float]) -> None:
 def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
              engine=None, tail="paper", rounds=1):
     from pipeplan.formulations.rollout.traces import load_trace
-    from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, preset_round
+    from pipeplan.formulations.rollout.workloads import ARRIVAL_JITTER_GROUPS, K_PAPER, preset_round
     from pipeplan.instances.rollout import load_instance
 
     _check_jitter(jitter)
     given = [x is not None for x in (instance, workload, trace)]
     if sum(given) != 1:
         raise InputError("rollout", "", "give exactly one of INSTANCE, --workload or --trace")
+    # options that shape a drawn round: ignoring them would silently hand back another round
+    drawn = {"--K": K, "--max-response": max_response, "--tail": None if tail == "paper" else tail}
+    chosen = {"--R": R, "--jitter": jitter}                 # a trace takes these too
+    unused = [n for n, v in drawn.items() if v is not None and workload is None]
+    unused += [n for n, v in chosen.items() if v is not None and instance is not None]
+    if unused:
+        scope = "--workload presets" if unused[0] in drawn else "--workload presets and --trace files"
+        raise InputError(unused[0], "", f"applies to {scope} only, not to {instance or trace}")
     if instance is not None:
         problem = load_instance(instance)
     elif trace is not None:
         problem = load_trace(trace, R=R, jitter_groups=jitter or 0.0, seed=seed)
     else:
-        problem = preset_round(workload, 32 if R is None else R, K=K, seed=seed, max_response_tokens=max_response,
+        problem = preset_round(workload, 32 if R is None else R, K=K_PAPER if K is None else K, seed=seed,
+                               max_response_tokens=max_response,
                                jitter_groups=ARRIVAL_JITTER_GROUPS if jitter is None else jitter, tail=tail,
                                rounds=rounds)
-    if (instance is not None or trace is not None) and (tail != "paper"):
-        raise InputError("--tail", "", "a length tail applies to --workload presets only")
     if rounds != 1 and workload is None:
         problem = dataclasses.replace(problem, rounds=rounds)
     changes = {k: v for k, v in (("kv_capacity_tokens", kv_capacity), ("max_num_seqs", max_num_seqs)) if v is not None}
@@ -109,7 +116,7 @@ INSTANCE = typer.Argument(None, help="catalogue name (rollout/lsat-ar-R32) or a 
 WORKLOAD_HELP = f"workload preset: {listed('rollout workloads')}"
 WORKLOAD = typer.Option(None, "--workload", help=WORKLOAD_HELP)
 R_OPT = typer.Option(None, "--R", help="groups (prompts) per round")
-K_OPT = typer.Option(8, "--K", help="samples per group")
+K_OPT = typer.Option(None, "--K", help="samples per group (default 8)")
 SEED = typer.Option(0, "--seed", help="seed of the response lengths and arrival order")
 MAXR = typer.Option(None, "--max-response", help="max response tokens (truncation)")
 TRACE = typer.Option(None, "--trace", help="CSV/JSONL trace: prompt_id, sample_id, response_tokens")
@@ -130,8 +137,6 @@ FRONTIER_HELP = "F_w, groups (fgd-*)"
 def _check_outputs(*paths: Optional[Path]) -> None:
     """Before any work, every file a command will write (so one cannot be written and the next
     refused): not a link, folder, device or input, not below a file, and no two the same."""
-    from pipeplan.core.io import check_output
-
     seen: set[Path] = set()
     for path in filter(None, paths):
         check_output(path)
@@ -150,7 +155,7 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
                  policy: str = typer.Option("fgd-soft", "--policy", help=f"online policy: {listed('rollout policies')} "
                                             "(the offline optimum: `pipeplan rollout optimum`)"),
                  frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
-                 workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
+                 workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: Optional[int] = K_OPT, seed: int = SEED,
                  max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                  kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
                  jitter: Optional[float] = JITTER, engine: Optional[list[str]] = ENGINE, tail: str = TAIL,
@@ -203,7 +208,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
                 time_limit: float = typer.Option(30.0, "--time-limit", help="seconds for CP-SAT"),
                 threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
                 frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
-                workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
+                workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: Optional[int] = K_OPT, seed: int = SEED,
                 max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                 kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
                 jitter: Optional[float] = JITTER, engine: Optional[list[str]] = ENGINE, tail: str = TAIL,
@@ -219,6 +224,8 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
                        engine, tail, rounds)
     if offline and problem.rounds > 1:
         raise InputError("--offline", "", "the offline optimum plans one round; drop --offline or --rounds")
+    if out is not None:
+        check_output(out, folder=True)
     with _progress(f"compare {problem.name}"):
         results = solve_all(problem, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier,
                             staleness=staleness)
@@ -236,7 +243,7 @@ def optimum_cmd(instance: Optional[str] = INSTANCE,
                 time_limit: float = typer.Option(60.0, "--time-limit", help="seconds"),
                 threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
                 linear: bool = typer.Option(False, "--linear", help="linearize the engine first (exact offline model)"),
-                workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: int = K_OPT, seed: int = SEED,
+                workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: Optional[int] = K_OPT, seed: int = SEED,
                 max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                 kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
                 jitter: Optional[float] = JITTER, engine: Optional[list[str]] = ENGINE, tail: str = TAIL,
@@ -251,6 +258,7 @@ def optimum_cmd(instance: Optional[str] = INSTANCE,
                        engine, tail)
     if linear:
         problem = linearized(problem)
+    _check_outputs(out)
     with _progress(f"optimum {problem.name}"):
         planners = ["cpsat"] + (["step-plan"] if problem.engine.single else [])
         results = solve_all(problem, planners + _names(ALL), time_limit=time_limit, threads=threads, seed=seed)
@@ -322,6 +330,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
     kinds = _engines(engines)
     preset_round(workload, R, seed=seed)          # bad presets and R < U fail before any work
     command = command_text("pipeplan rollout sweep")
+    check_output(out, folder=True)
     with _progress("sweep") as progress:
         rows = sweep(workload=workload, R=R, seed=seed, rhos=values, engines=kinds, time_limit=time_limit,
                      threads=threads, frontier=frontier, progress=progress)
@@ -357,6 +366,7 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
     jitter = ARRIVAL_JITTER_GROUPS if jitter is None else jitter
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates
     command = command_text("pipeplan rollout reproduce")
+    check_output(out, folder=True)
     with _progress("reproduce") as progress:
         records = reproduce(seeds=seeds, max_response=max_response, jitter=jitter, frontier=frontier, progress=progress)
         sens = sensitivity_rows(seeds=seeds, frontier=frontier) if sensitivity else None
@@ -391,6 +401,7 @@ def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "s
     for w in names:
         preset_round(w, 32)                      # unknown presets fail before any work
     command = command_text("pipeplan rollout frontier")
+    check_output(out, folder=True)
     with _progress("frontier") as progress:
         rows = frontier_study(workloads=names, seeds=seeds, progress=progress)
     md = frontier_markdown(rows, command, seeds)
@@ -422,6 +433,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
     for w in names:
         preset_round(w, R, rounds=rounds)        # bad presets, R < U fail before any work
     command = command_text("pipeplan rollout async")
+    check_output(out, folder=True)
     with _progress("async") as progress:
         rows = async_study(workloads=names, R=R, rounds=rounds, stalenesses=etas, seeds=seeds, progress=progress)
     md = async_markdown(rows, command)
@@ -443,6 +455,7 @@ def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds 
     from pipeplan.core.tables import csv_text
 
     command = command_text("pipeplan rollout explain-r32")
+    check_output(out, folder=True)
     with _progress("explain-r32") as progress:
         rows = explain_r32(seeds=seeds, progress=progress)
     md = r32_markdown(rows, command)
@@ -471,6 +484,7 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
     check_memory("--jobs", jobs, BYTES_PER_JOB)
     preset_round(workload, 32)                  # an unknown preset fails before any work
     command = command_text("pipeplan rollout regimes")
+    check_output(out, folder=True)
     with _progress("regimes") as progress:
         rows = regime_map(workload=workload, seeds=seeds, cpsat_seeds=1 if cpsat_time_limit > 0 else 0,
                           cpsat_time_limit=cpsat_time_limit or 10.0, frontier=frontier, workers=jobs,
@@ -521,6 +535,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     bound_Rs = _whole_numbers(bound_rs, "--bound-rs", 1)
     kinds = _engines(engines)
     command = command_text("pipeplan rollout optimum-gaps")
+    check_output(out, folder=True)
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
                             rhos=values, engines=kinds, Rs=tuple(Rs), bound_Rs=tuple(bound_Rs), branch_time=branch_time,

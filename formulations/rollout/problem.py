@@ -24,12 +24,21 @@ ROUTERS = ("round_robin", "least_load", "group_affinity")
 FEW_REPLICAS = 16
 
 
-def _positive(source: str, where: str, value, *, integer: bool = False, zero_ok: bool = False) -> None:
+# the most seconds a time term of the engine or the trainer may take (a step, a token, an update):
+# a round then ends within about 1e13 s, where float sums still resolve milliseconds (at 1e300
+# they overflowed and the checker saw violations that were only rounding)
+MAX_SECONDS = 1e6
+
+
+def _positive(source: str, where: str, value, *, integer: bool = False, zero_ok: bool = False,
+              seconds: bool = False) -> None:
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type or (isinstance(value, float) and not math.isfinite(value)):
         raise InputError(source, where, f"expected a {'whole' if integer else 'finite'} number, got {value!r}")
     if value < 0 or (value == 0 and not zero_ok):
         raise InputError(source, where, f"must be {'non-negative' if zero_ok else 'positive'}, got {value!r}")
+    if seconds and value > MAX_SECONDS:
+        raise InputError(source, where, f"must be at most {MAX_SECONDS:g} s, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -145,9 +154,9 @@ class EngineModel:
     def validate(self, source: str) -> None:
         _positive(source, "engine.max_num_seqs", self.max_num_seqs, integer=True)
         _positive(source, "engine.kv_capacity_tokens", self.kv_capacity_tokens, integer=True)
-        _positive(source, "engine.c0_s", self.c0_s)
+        _positive(source, "engine.c0_s", self.c0_s, seconds=True)
         for name in ("c1_s", "c2_s", "prefill_s", "prefill_s_per_token"):
-            _positive(source, f"engine.{name}", getattr(self, name), zero_ok=True)
+            _positive(source, f"engine.{name}", getattr(self, name), zero_ok=True, seconds=True)
         if self.kv_mode not in KV_MODES:
             raise InputError(source, "engine.kv_mode", f"expected one of {', '.join(KV_MODES)}, got {self.kv_mode!r}")
         for name in ("reserve_ratio_init", "reserve_ratio_min"):
@@ -157,7 +166,7 @@ class EngineModel:
         for name in ("reserve_ratio_decay_steps", "reserve_clip_tokens", "retract_headroom_steps"):
             _positive(source, f"engine.{name}", getattr(self, name), integer=True)
         _positive(source, "engine.replicas", self.replicas, integer=True)
-        _positive(source, "engine.swap_s_per_token", self.swap_s_per_token, zero_ok=True)
+        _positive(source, "engine.swap_s_per_token", self.swap_s_per_token, zero_ok=True, seconds=True)
         for name, allowed in (("retract_rule", RETRACT_RULES), ("resume", RESUME_MODES), ("router", ROUTERS)):
             if getattr(self, name) not in allowed:
                 raise InputError(source, f"engine.{name}", f"expected one of {', '.join(allowed)}, "
@@ -196,9 +205,9 @@ class TrainerModel:
     def validate(self, source: str) -> None:
         _positive(source, "trainer.groups_per_update", self.groups_per_update, integer=True)
         _positive(source, "trainer.token_budget", self.token_budget, integer=True)
-        _positive(source, "trainer.s_per_token", self.s_per_token, zero_ok=True)
+        _positive(source, "trainer.s_per_token", self.s_per_token, zero_ok=True, seconds=True)
         for name in ("s_per_microbatch", "optimizer_step_s", "publish_s"):
-            _positive(source, f"trainer.{name}", getattr(self, name), zero_ok=True)
+            _positive(source, f"trainer.{name}", getattr(self, name), zero_ok=True, seconds=True)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("regimes", "--jobs", "1000000"), ("--jobs", "memory")),
     (("reproduce", "--jitter", "nan"), ("--jitter",)),
     (("reproduce", "--jitter", "-1"), ("--jitter",)),
+    (("simulate", "rollout/tiny-0", "--engine", "c0_s=1e300"), ("engine.c0_s", "at most 1e+06 s")),
     (("simulate", "rollout/tiny-0", "--R", "4"), ("--R", "--trace files only", "rollout/tiny-0")),
     (("simulate", "rollout/tiny-0", "--K", "4"), ("--K", "--workload presets only")),
     (("simulate", "rollout/tiny-0", "--max-response", "100"), ("--max-response", "--workload presets only")),

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_json, load_text, parse_number, read_csv
+from pipeplan.core.io import load_json, load_text, parse_number, read_csv, too_many_digits
 from pipeplan.formulations.rollout.problem import RolloutProblem, problem_from_dict
 from pipeplan.formulations.rollout.workloads import make_round
 
@@ -35,7 +35,7 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
                 except RecursionError:
                     raise InputError(str(path), f"line {n}", "nested too deeply") from None
                 except ValueError as exc:      # an integer past Python's digit limit
-                    raise InputError(str(path), f"line {n}", f"invalid number ({str(exc).partition(';')[0]})") from None
+                    raise InputError(str(path), f"line {n}", too_many_digits(exc)) from None
                 if not isinstance(row, dict):
                     raise InputError(str(path), f"line {n}", "expected a JSON object")
                 rows.append((n, row))

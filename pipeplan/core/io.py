@@ -126,7 +126,13 @@ def load_json(path: str | Path) -> Any:
     except RecursionError:
         raise InputError(str(path), "", "nested too deeply") from None
     except ValueError as exc:       # an integer past Python's digit limit (sys.get_int_max_str_digits)
-        raise InputError(str(path), long_number_line(text), f"invalid number ({str(exc).partition(';')[0]})") from None
+        raise InputError(str(path), long_number_line(text), too_many_digits(exc)) from None
+
+
+def too_many_digits(exc: ValueError) -> str:
+    """The message for an integer past Python's digit limit (``sys.get_int_max_str_digits``),
+    without the interpreter's advice on raising the limit."""
+    return f"invalid number ({str(exc).partition(';')[0]})"
 
 
 def long_number_line(text: str) -> str:
@@ -148,7 +154,7 @@ def load_toml(path: str | Path) -> dict:
     except RecursionError:
         raise InputError(str(path), "", "nested too deeply") from None
     except ValueError as exc:       # an integer past Python's digit limit
-        raise InputError(str(path), long_number_line(text), f"invalid number ({str(exc).partition(';')[0]})") from None
+        raise InputError(str(path), long_number_line(text), too_many_digits(exc)) from None
 
 
 def read_csv(path: str | Path, *, what: str = "CSV file") -> list[tuple[int, list[str]]]:

@@ -9,18 +9,24 @@ from pipeplan.core.errors import InputError
 from pipeplan.core.registry import get_solver
 from pipeplan.core.result import Quality, SolveResult, Termination
 
+MAX_THREADS = 4096          # solver threads (CP-SAT workers, HiGHS threads)
+MAX_SEED = 2 ** 31 - 1      # CP-SAT's random_seed is a 32-bit integer; numpy takes no seed below 0
+
 
 def check_limits(time_limit: float | None, threads: int = 1, option: str = "--time-limit",
-                 zero_ok: bool = False) -> None:
+                 zero_ok: bool = False, seed: int | None = None) -> None:
     """``option`` (``--time-limit``): None or a finite number of seconds > 0 (>= 0 with
-    ``zero_ok``); ``--threads``: an integer >= 1."""
+    ``zero_ok``); ``--threads``: an integer from 1 to MAX_THREADS; ``--seed`` (when given): an
+    integer from 0 to MAX_SEED."""
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
                                    or not math.isfinite(time_limit) or time_limit < 0
                                    or (time_limit == 0 and not zero_ok)):
         least = "a finite number of seconds >= 0" if zero_ok else "a positive number of seconds"
         raise InputError(option, "", f"must be {least}, got {time_limit!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InputError("--threads", "", f"must be an integer >= 1, got {threads!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise InputError("--threads", "", f"must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got {seed!r}")
 
 
 def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 0,
@@ -34,7 +40,7 @@ def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 
     failure becomes a result with termination ``error`` and the message, never an exception.
     ``time_limit``, ``seed`` and ``threads`` reach the solver when it declares them (see
     ``pipeplan.core.registry``); the result's ``params`` records what it was called with."""
-    check_limits(time_limit, threads)
+    check_limits(time_limit, threads, seed=seed)
     info = get_solver(problem.kind, solver)
     info.check_params({**params, "warm_start": warm_start})
     common = {"time_limit": time_limit, "seed": seed, "threads": threads, "warm_start": warm_start}

@@ -239,7 +239,7 @@ def compare_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
     from pipeplan.app.studies.mapping import compare, slug
     from pipeplan.instances.catalog import load_mapping
 
-    check_limits(time_limit, threads)
+    check_limits(time_limit, threads, seed=seed)
     _check_objective(objective)
     names = _solver_list(solvers, objective)
     params = _dvfs_params(names) if dvfs else {}
@@ -277,7 +277,7 @@ def pareto_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
         raise InputError("--solver", "", f"unknown front solver {solver!r} ({', '.join(PARETO_SOLVERS)})")
     if dvfs and solver != "nsga2":
         raise InputError("--dvfs", "", f"the {solver} front does not search DVFS levels (use --solver nsga2)")
-    check_limits(time_limit, threads)
+    check_limits(time_limit, threads, seed=seed)
     problem = load_mapping(instance)
     folder = out or Path("results") / "pareto" / slug(problem.name)
     with staged_folder(folder) as stage, _progress(f"pareto {problem.name}") as progress:
@@ -303,7 +303,7 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out", help="f
     from pipeplan.app.studies.mapping import STUDY_INSTANCES, study
     from pipeplan.instances.catalog import load_mapping
 
-    check_limits(time_limit, threads)
+    check_limits(time_limit, threads, seed=seed)
     names = _solver_list(solvers)
     chosen = [s.strip() for s in instances.split(",")] if instances else STUDY_INSTANCES
     for inst in chosen:
@@ -329,7 +329,7 @@ def energy_efficiency_cmd(out: Path = typer.Option(Path("results/mapping"), "--o
     from pipeplan.app.studies.energy_efficiency import INSTANCES, PAPER_NOTE, energy_efficiency, gains_lines
     from pipeplan.instances.catalog import load_mapping
 
-    check_limits(time_limit, threads)
+    check_limits(time_limit, threads, seed=seed)
     chosen = [s.strip() for s in instances.split(",") if s.strip()] if instances else INSTANCES
     for inst in chosen:
         load_mapping(inst)

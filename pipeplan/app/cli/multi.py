@@ -134,7 +134,7 @@ def study_cmd(out: Path = typer.Option(Path("results/multi"), "--out", help="fol
     from pipeplan.core.api import check_limits
     from pipeplan.core.io import staged_folder
 
-    check_limits(time_limit, threads)
+    check_limits(time_limit, threads, seed=seed)
     with staged_folder(out) as stage, _progress("multi study") as progress:
         md = study(stage, time_limit=time_limit, threads=threads, seed=seed, rays=rays,
                    command=command_text("pipeplan multi study"), progress=progress)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -44,6 +45,7 @@ from typing import Callable
 
 from pipeplan.app.stored_optima import COLUMNS as OPTIMA_COLUMNS
 from pipeplan.app.stored_optima import SNAPSHOT, read_optima
+from pipeplan.core.api import MAX_SEED
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, load_toml, read_input, write_atomic, write_json
 from pipeplan.core.tables import csv_text
@@ -113,7 +115,7 @@ def load_suite(name: str) -> tuple[Path, dict]:
             if not isinstance(g, dict) or not isinstance(g.get("instances"), list) or not g["instances"]:
                 raise InputError(str(path), f"{where}.instances", "expected a non-empty list of instance patterns")
             limit = g.get("time_limit", 30.0)
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf:
                 raise InputError(str(path), f"{where}.time_limit", f"expected a positive number, got {limit!r}")
             solver_patterns = g.get("solvers", ["*"])
             if not isinstance(solver_patterns, list) or not all(isinstance(x, str) for x in solver_patterns):
@@ -121,6 +123,9 @@ def load_suite(name: str) -> tuple[Path, dict]:
             seeds = g.get("seeds", [0])
             if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
                 raise InputError(str(path), f"{where}.seeds", "expected a list of integers")
+            if any(not 0 <= s <= MAX_SEED for s in seeds):
+                raise InputError(str(path), f"{where}.seeds", f"seeds must lie from 0 to {MAX_SEED}, got "
+                                 f"{next(s for s in seeds if not 0 <= s <= MAX_SEED)}")
             repeated = sorted({x for x in seeds if seeds.count(x) > 1})
             if repeated:
                 raise InputError(str(path), f"{where}.seeds", f"seed {repeated[0]} is listed twice")

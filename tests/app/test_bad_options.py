@@ -12,6 +12,8 @@ CASES = [
     (["solve", "khadas-vim3/Alex", "--solver", "cpsat", "--seed", "2147483648"], "--seed"),
     (["multi", "solve", "multi/alex+mobile", "--solver", "nsga2", "--seed", "-1"], "--seed"),
     (["compare", "khadas-vim3/Alex", "--seed", "-1"], "--seed"),
+    (["solve", "khadas-vim3/Alex", "--solver", "cpsat", "--bound", "latency_ms=1e999"], "--bound"),
+    (["solve", "khadas-vim3/Alex", "--solver", "cpsat", "--bound", "latency_ms=inf"], "--bound"),
     (["compare", "khadas-vim3/Alex", "--time-limit", "0"], "--time-limit"),
     (["pareto", "khadas-vim3/Alex", "--time-limit", "-5"], "--time-limit"),
     (["study", "--time-limit", "inf"], "--time-limit"),

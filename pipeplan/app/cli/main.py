@@ -149,8 +149,8 @@ def _parse_bounds(items: list[str]) -> dict[str, float]:
             out[key] = float(value)
         except ValueError:
             raise InputError("--bound", key, f"not a number: {value!r}") from None
-        if not out[key] > 0:
-            raise InputError("--bound", key, f"must be positive, got {value!r}")
+        if not 0 < out[key] < float("inf"):
+            raise InputError("--bound", key, f"must be a positive finite number, got {value!r}")
     return out
 
 

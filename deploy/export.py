@@ -55,6 +55,22 @@ REFERENCE_FILE = "model_full.onnx"
 GRAPH_OPTIMIZATION = "disabled"
 
 
+def _named_instance(name: str | None, plan_file: Path) -> str | None:
+    """The instance a plan names. A plan may come from someone else: an instance *file* it names
+    (a path as `solve` writes it, from the working folder) is read only when it lies inside the
+    plan's own folder, links followed; catalogue names are not files and pass."""
+    if not name or Path(name).suffix != ".json":
+        return name
+    try:
+        path = Path(name).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:     # a link loop, a NUL byte
+        raise InputError(str(plan_file), "instance", f"cannot resolve {name!r} ({exc})") from None
+    if not path.is_relative_to(plan_file.parent.resolve()):
+        raise InputError(str(plan_file), "instance", f"{name!r} lies outside the plan's folder (links followed); "
+                         "give --instance to read it")
+    return name
+
+
 def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, *,
                 instance: str | None = None, platform_file: str | Path | None = None,
                 seed: int = 0) -> dict[str, Any]:
@@ -66,7 +82,7 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     plan = plan_from_dict(load_json(plan_file), str(plan_file))
     model = inline_external_data(read_model(model_file), model_file)
     g = graph_from_model(model, str(model_file))
-    instance_name = plan.instance or instance
+    instance_name = instance or _named_instance(plan.instance, plan_file)
     if not instance_name:
         raise InputError(str(plan_file), "instance", "the plan names no instance; give --instance")
     problem = load_mapping(instance_name)

@@ -396,3 +396,29 @@ def test_training_on_ray_starts_it_without_the_dashboard(monkeypatch):
     with pytest.raises(Started):
         train_ray(homogeneous_problem(4, 1, prob=0.5), build("pgc-fr", 4, 1))
     assert asked["include_dashboard"] is False
+
+
+def test_an_instance_file_a_plan_names_is_read_only_inside_the_plans_folder(tmp_path):
+    """A plan from someone else naming '/x/secret.json' or '../secret.json' made `export` open that
+    file (and its error told what it held); the plan's own folder, or --instance, still work."""
+    from pipeplan.instances.catalog import load_mapping
+    (tmp_path / "outside").mkdir()
+    secret = tmp_path / "outside" / "secret.json"
+    secret.write_text(json.dumps(load_mapping("host/squeezenet@raw").to_dict()))
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    shutil.copyfile(secret, plans / "inst.json")
+    doc = json.loads(PLAN.read_text())
+    for named in (str(secret), "outside/secret.json", "plans/../outside/secret.json"):   # from tmp_path
+        (plans / "p.json").write_text(json.dumps({**doc, "instance": named}))
+        proc = run_cli("export", plans / "p.json", "--model", "squeezenet", *EXPORT_ARGS, "--out", tmp_path / "o",
+                       cwd=tmp_path)
+        assert_input_error(proc, "p.json: instance", "outside the plan's folder")
+        assert not (tmp_path / "o").exists()
+    proc = run_cli("export", plans / "p.json", "--model", "squeezenet", *EXPORT_ARGS, "--out", tmp_path / "o",
+                   "--instance", str(secret), cwd=tmp_path)                  # the user's own choice
+    assert proc.returncode == 0, proc.stderr
+    (plans / "p.json").write_text(json.dumps({**doc, "instance": "plans/inst.json"}))
+    proc = run_cli("export", plans / "p.json", "--model", "squeezenet", *EXPORT_ARGS, "--out", tmp_path / "o2",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr

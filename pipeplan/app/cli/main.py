@@ -539,7 +539,7 @@ def _model_file(model: str) -> Path:
 def export_cmd(plan: Path = typer.Argument(..., help="a plan or SolveResult JSON file"),
                model: str = typer.Option(..., "--model", help="ONNX file, or a model of the onnx wheel (inception_v1)"),
                out: Path = typer.Option(..., "--out", help="export folder (replaced if it holds an earlier export)"),
-               instance: Optional[str] = typer.Option(None, "--instance", help="instance, if the plan names none"),
+               instance: Optional[str] = typer.Option(None, "--instance", help="instance (default: the plan's; an instance file the plan names must lie in the plan's folder)"),
                platform: Optional[Path] = typer.Option(None, "--platform",
                                                        help="platform file (default: the instance's, else host.json)"),
                seed: int = typer.Option(0, "--seed", help="seed of the random weights of weightless models")):

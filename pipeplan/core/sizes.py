@@ -14,6 +14,10 @@ import os
 
 from pipeplan.core.errors import InputError
 
+# Peak memory of one worker process of `bench --jobs` or `rollout regimes --jobs` (results/limits.md:
+# 60-200 MB per bench run on the quick suite's sizes)
+WORKER_PROCESS_BYTES = 256 << 20
+
 
 def bytes_from_env(name: str) -> int | None:
     """A cap set in the environment as a positive number of MiB (None when unset)."""

@@ -22,7 +22,7 @@ from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError, SolverFailure
 from pipeplan.core.io import check_output, staged_folder
-from pipeplan.core.sizes import check_memory
+from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS, SYSTEMS
 
 app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -45,9 +45,6 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
                                        help="print the version and exit")):
     """pipeplan: plan pipelined ML work (operator mapping, gradient coding, rollout admission)."""
 
-
-# Peak memory of one bench run's process (results/limits.md: 60-200 MB on the quick suite's sizes)
-BENCH_BYTES_PER_JOB = 256 << 20
 
 # help shared by several commands ({...}: filled in from the registry when help is shown)
 INSTANCE_HELP = (f"mapping instance: {listed('mapping instances')}; or an instance JSON file "
@@ -475,7 +472,7 @@ def bench_cmd(suite: str = typer.Option("quick", "--suite", help=f"suite name ({
     if engine not in ("local", "ray"):
         raise InputError("--engine", "", f"unknown engine {engine!r} (local, ray)")
     check_limits(time_limit)
-    check_memory("--jobs", jobs, BENCH_BYTES_PER_JOB)
+    check_memory("--jobs", jobs, WORKER_PROCESS_BYTES)
     suite_file, spec = load_suite(suite)
     plan_runs(spec, time_limit, str(suite_file))  # validate every group before creating any folder
     folder = out or Path("results") / Path(suite).stem

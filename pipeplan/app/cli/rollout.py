@@ -25,12 +25,11 @@ from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, staged_folder
-from pipeplan.core.sizes import check_memory
+from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
 
 ALL = "all"
-BYTES_PER_JOB = 256 << 20   # a worker process of `regimes --jobs` (as bench's --jobs)
 
 
 def _engine_changes(items: list[str] | None) -> dict:
@@ -136,18 +135,15 @@ FRONTIER_HELP = "F_w, groups (fgd-*)"
 
 def _check_outputs(*paths: Optional[Path]) -> None:
     """Before any work, every file a command will write (so one cannot be written and the next
-    refused): not a link, folder, device or input, not below a file, and no two the same."""
+    refused): each passes ``check_output`` (which also refuses a path below a file), and no two
+    are the same."""
     seen: set[Path] = set()
     for path in filter(None, paths):
         check_output(path)
-        folder = Path(path).absolute().parent
-        while not folder.exists():
-            folder = folder.parent
-        if not folder.is_dir():
-            raise InputError(str(path), "", f"cannot write ({folder} is not a folder)")
-        if Path(path).resolve() in seen:
+        real = Path(path).resolve()
+        if real in seen:
             raise InputError(str(path), "", "given for two outputs of this command")
-        seen.add(Path(path).resolve())
+        seen.add(real)
 
 
 @rollout_app.command("simulate")
@@ -481,7 +477,7 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
     from pipeplan.formulations.rollout.workloads import preset_round
 
     check_limits(cpsat_time_limit, option="--cpsat-time-limit", zero_ok=True)
-    check_memory("--jobs", jobs, BYTES_PER_JOB)
+    check_memory("--jobs", jobs, WORKER_PROCESS_BYTES)
     preset_round(workload, 32)                  # an unknown preset fails before any work
     command = command_text("pipeplan rollout regimes")
     check_output(out, folder=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json, load_text, parse_number, read_csv, too_many_digits
 from pipeplan.formulations.rollout.problem import RolloutProblem, problem_from_dict
-from pipeplan.formulations.rollout.workloads import make_round
+from pipeplan.formulations.rollout.workloads import check_groups, make_round
 
 REQUIRED = ("prompt_id", "sample_id", "response_tokens")
 DEFAULT_PROMPT_TOKENS = 256
@@ -65,8 +65,8 @@ def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=N
                seed: int = 0) -> RolloutProblem:
     """A round from a trace; ``R`` keeps the first R prompts."""
     path = Path(path)
-    if R is not None and (isinstance(R, bool) or not isinstance(R, int) or R < 1):
-        raise InputError(str(path), "R", f"groups per round must be at least 1, got {R!r}")
+    if R is not None:
+        check_groups(str(path), R)
     groups: dict[str, dict] = {}
     for n, row in _rows(path):
         for key in REQUIRED:

@@ -120,6 +120,12 @@ def _rng(seed: int, salt: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(salt.encode())])
 
 
+def check_groups(source: str, R) -> None:
+    """Groups (prompts) per round: a whole number >= 1."""
+    if isinstance(R, bool) or not isinstance(R, int) or R < 1:
+        raise InputError(source, "R", f"groups per round must be at least 1, got {R!r}")
+
+
 def check_seed(source: str, seed) -> None:
     """The lengths and arrival orders are drawn from ``seed``: a whole number >= 0."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -185,8 +191,7 @@ def preset_round(name: str, R: int, *, K: int = K_PAPER, seed: int = 0, engine: 
         raise InputError(name, "rounds", f"expected a whole number of rounds, at least 1, got {rounds!r}")
     if isinstance(K, bool) or not isinstance(K, int) or K < 1:
         raise InputError(name, "K", f"samples per group must be at least 1, got {K!r}")
-    if isinstance(R, bool) or not isinstance(R, int) or R < 1:
-        raise InputError(name, "R", f"groups per round must be at least 1, got {R!r}")
+    check_groups(name, R)
     check_seed(name, seed)
     check_memory("--R x --K", R * rounds, K * BYTES_PER_REQUEST)
     if max_response_tokens is not None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,24 +22,12 @@ from pipeplan.formulations.mapping.onnx_graph import light_model_path, load_onnx
 from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.profiles.roofline import load_platform, platform_from_dict
+from tests.cli_helpers import assert_input_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORMS = ROOT / "profiles" / "platforms"
 RUN_KEYS = {"outputs_match", "throughput_fps", "latency_ms_median", "latency_ms_p90", "predicted_period_ms",
             "predicted_latency_ms", "measured_period_ms", "pu_busy_share"}
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
-
-
-def assert_one_line_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 def solved_plan(folder: Path, model: str, solver: str, granularity: str = "") -> Path:
@@ -138,16 +124,16 @@ def test_manifest_fields(exported):
 def test_cli_export_and_run_json(tmp_path):
     plan = solved_plan(tmp_path, "squeezenet", "pipeline-dp")
     out = tmp_path / "export"
-    proc = cli("export", plan, "--model", "squeezenet", "--out", out)
+    proc = run_cli("export", plan, "--model", "squeezenet", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert "2 stages" in proc.stdout
-    proc = cli("run", out, "--frames", 3, "--json")
+    proc = run_cli("run", out, "--frames", 3, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert RUN_KEYS <= report.keys() and report["outputs_match"] is True
     assert report["pus"]["C0"]["providers_used"] == ["CPUExecutionProvider"]
     # exporting again replaces the earlier export
-    assert cli("export", plan, "--model", "squeezenet", "--out", out).returncode == 0
+    assert run_cli("export", plan, "--model", "squeezenet", "--out", out).returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", plan.name]
 
 
@@ -186,7 +172,7 @@ def test_bad_plans_exit_2_and_leave_nothing(exported, tmp_path, kind, edit, need
     plan, _, _ = exported("squeezenet", kind)
     bad = _edit_plan(plan, tmp_path, edit)
     out = tmp_path / "export"
-    assert_one_line_error(cli("export", bad, "--model", "squeezenet", "--out", out), *needles)
+    assert_input_error(run_cli("export", bad, "--model", "squeezenet", "--out", out), *needles)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad-plan.json"]
 
 
@@ -194,12 +180,12 @@ def test_unwritable_output_folder(exported, tmp_path):
     plan, _, _ = exported("squeezenet", "pipeline-dp")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    assert_one_line_error(cli("export", plan, "--model", "squeezenet", "--out", blocker / "export"),
+    assert_input_error(run_cli("export", plan, "--model", "squeezenet", "--out", blocker / "export"),
                           "a-file", "not a folder")
     stray = tmp_path / "stray"
     stray.mkdir()
     (stray / "notes.txt").write_text("mine")
-    assert_one_line_error(cli("export", plan, "--model", "squeezenet", "--out", stray), "not an earlier export")
+    assert_input_error(run_cli("export", plan, "--model", "squeezenet", "--out", stray), "not an earlier export")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "stray"]
     assert [p.name for p in stray.iterdir()] == ["notes.txt"]
 
@@ -222,7 +208,7 @@ def test_corrupt_export_exit_2(exported, tmp_path, damage, needles):
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     damage(copy)
-    assert_one_line_error(cli("run", copy, "--frames", 2), *needles)
+    assert_input_error(run_cli("run", copy, "--frames", 2), *needles)
 
 
 def test_random_weights_are_deterministic_and_lively():
@@ -290,8 +276,8 @@ def test_run_of_an_export_for_another_platform_warns_once(tmp_path):
     """a311d's PUs (GPU, NPU, 4-thread big cluster) run here as ORT threads on this host's CPUs:
     one stderr line says so and names what each PU ran on."""
     out = tmp_path / "a311d"
-    assert cli("export", _solved_for(tmp_path, "a311d/squeezenet"), "--model", "squeezenet", "--out", out).returncode == 0
-    proc = cli("run", out, "--frames", 3, "--json")
+    assert run_cli("export", _solved_for(tmp_path, "a311d/squeezenet"), "--model", "squeezenet", "--out", out).returncode == 0
+    proc = run_cli("run", out, "--frames", 3, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
@@ -305,8 +291,8 @@ def test_run_of_an_export_for_another_platform_warns_once(tmp_path):
 
 def test_run_reports_service_and_queueing_apart(tmp_path):
     out = tmp_path / "host"
-    assert cli("export", _solved_for(tmp_path, "host/squeezenet"), "--model", "squeezenet", "--out", out).returncode == 0
-    proc = cli("run", out, "--frames", 4, "--json")
+    assert run_cli("export", _solved_for(tmp_path, "host/squeezenet"), "--model", "squeezenet", "--out", out).returncode == 0
+    proc = run_cli("run", out, "--frames", 4, "--json")
     assert proc.returncode == 0, proc.stderr
     assert "warning" not in proc.stderr     # planned for this host: nothing to warn about
     report = json.loads(proc.stdout)
@@ -314,7 +300,7 @@ def test_run_reports_service_and_queueing_apart(tmp_path):
     for key in ("service_ms_median", "service_ms_p90", "queueing_ms_median", "queueing_ms_p90"):
         assert report[key] >= 0, key
     assert report["service_ms_median"] <= report["latency_ms_p90"] + 1e-9
-    text = cli("run", out, "--frames", 4)
+    text = run_cli("run", out, "--frames", 4)
     assert text.returncode == 0, text.stderr
     assert "service" in text.stdout and "queueing" in text.stdout
     assert "the measured latency includes queueing" in text.stdout

@@ -148,11 +148,13 @@ class MappingProblem:
 
 def restrict_pus(problem: MappingProblem, pus: tuple[str, ...]) -> MappingProblem:
     """The same problem on a subset of the PUs. Raises InputError naming the first unit that no
-    chosen PU can run (the request is infeasible) or an unknown PU."""
+    chosen PU can run (the request is infeasible), an unknown PU or one listed twice."""
     from dataclasses import replace
 
     prof = problem.profile
-    for p in pus:
+    for k, p in enumerate(pus):
+        if p in pus[:k]:
+            raise InputError("--pus", p, "listed twice")
         if p not in prof.pus:
             raise InputError("--pus", p, f"unknown PU (PUs: {', '.join(prof.pus)})")
     for i, u in enumerate(problem.units):

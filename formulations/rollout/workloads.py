@@ -193,7 +193,8 @@ def preset_round(name: str, R: int, *, K: int = K_PAPER, seed: int = 0, engine: 
         raise InputError(name, "K", f"samples per group must be at least 1, got {K!r}")
     check_groups(name, R)
     check_seed(name, seed)
-    check_memory("--R x --K", R * rounds, K * BYTES_PER_REQUEST)
+    # the value named is the requests, the product of the options the label names
+    check_memory("--R x --K" if rounds == 1 else "--R x --rounds x --K", R * rounds * K, BYTES_PER_REQUEST)
     if max_response_tokens is not None:
         if max_response_tokens < 1:
             raise InputError(name, "max_response_tokens", f"must be positive, got {max_response_tokens}")

@@ -419,6 +419,8 @@ def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of 
     names = tuple(p.strip() for p in pus.split(",") if p.strip())
     if not names:
         raise InputError("--pus", "", "no PU names")
+    if len(set(names)) < len(names):
+        raise InputError("--pus", "", f"a PU is listed twice: {pus!r}")
     path = model_path(model)
     if out:   # refuse a bad output before minutes of profiling, and before any progress line
         read_input(path, what="ONNX model")

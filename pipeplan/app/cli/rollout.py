@@ -131,6 +131,9 @@ STALENESS = typer.Option(0, "--staleness", min=0, help="weight versions a reques
                          "(0 on-policy, 1 one-step off-policy, E: bounded staleness)")
 THREADS_HELP = "threads of CP-SAT"
 FRONTIER_HELP = "F_w, groups (fgd-*)"
+# rounds drawn per setting of a study: each one runs every policy (0.1-2 s a round), so 1,000
+# is hours of work already; more is a typo, refused before any work rather than run for days
+MAX_STUDY_SEEDS = 1000
 
 
 def _check_outputs(*paths: Optional[Path]) -> None:
@@ -340,7 +343,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
 
 
 @rollout_app.command("reproduce")
-def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds per setting"),
+def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds per setting"),
                   as_json: bool = typer.Option(False, "--json", help="print one JSON record per setting"),
                   max_response: Optional[int] = MAXR, jitter: Optional[float] = JITTER,
                   frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
@@ -383,7 +386,7 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds pe
 @rollout_app.command("frontier")
 def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "sci-jl", "olyphys")), "--workloads",
                                                help=WORKLOAD_HELP + " (comma list)"),
-                 seeds: int = typer.Option(3, "--seeds", min=1, help="rounds drawn per setting"),
+                 seeds: int = typer.Option(3, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds drawn per setting"),
                  out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of fgd_frontier.md/.csv/.png")):
     """FGD's hard gate against CGP over the frontier width F_w on the paper's engine (full KV),
     with attention switched off as the control and the offline planner as the yardstick; writes
@@ -413,7 +416,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
               R: int = typer.Option(32, "--R", min=1, help="groups (prompts) per round"),
               rounds: int = typer.Option(4, "--rounds", min=1, help="consecutive RL rounds"),
               stalenesses: str = typer.Option("0,1,2,3", "--staleness", help="comma list of staleness bounds (>= 0)"),
-              seeds: int = typer.Option(2, "--seeds", min=1, help="rounds drawn per setting"),
+              seeds: int = typer.Option(2, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds drawn per setting"),
               out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of async.md/.csv/.png")):
     """Several RL rounds: the on-policy pipeline, one-step off-policy overlap and bounded
     staleness as policy families; throughput against staleness; writes async.md/.csv/.png."""
@@ -441,7 +444,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
 
 
 @rollout_app.command("explain-r32")
-def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds per setting"),
+def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds per setting"),
                     out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of r32_miss.md/.csv")):
     """Why the R = 32 settings miss the paper's end-time band: the 12 settings with one modelled
     effect changed at a time (engine features, length tails, within-prompt spread); writes
@@ -463,7 +466,7 @@ def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, help="rounds 
 
 @rollout_app.command("regimes")
 def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOAD_HELP),
-                seeds: int = typer.Option(2, "--seeds", min=1, help="rounds drawn per regime"),
+                seeds: int = typer.Option(2, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds drawn per regime"),
                 cpsat_time_limit: float = typer.Option(10.0, "--cpsat-time-limit",
                                                        help="seconds per CP-SAT reference run (0: none)"),
                 jobs: int = typer.Option(2, "--jobs", min=1, help="processes that run the policies"),

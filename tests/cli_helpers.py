@@ -6,11 +6,13 @@ import select
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300
 _zygote: subprocess.Popen | None = None
+_one_at_a_time = threading.Lock()      # the zygote answers one request at a time
 
 
 def run_cli(*args, cwd=None, env=None):
@@ -25,8 +27,11 @@ def run_cli(*args, cwd=None, env=None):
                               cwd=cwd or ROOT, timeout=TIMEOUT_S, env=environment)
     with tempfile.TemporaryDirectory(prefix="pipeplan-cli-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        status = _forked(dict(args=args, cwd=str(cwd or ROOT), env=environment, stdout=str(out), stderr=str(err)))
-        return subprocess.CompletedProcess(["pipeplan", *args], status, out.read_text(), err.read_text(errors="replace"))
+        with _one_at_a_time:
+            status = _forked(dict(args=args, cwd=str(cwd or ROOT), env=environment, stdout=str(out),
+                                  stderr=str(err)))
+        return subprocess.CompletedProcess(["pipeplan", *args], status, out.read_text(),
+                                           err.read_text(errors="replace"))
 
 
 def _forked(request: dict) -> int:

@@ -365,6 +365,15 @@ def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace
 # ----------------------------------------------------------------------------- the records
 
 RECORD_KEYS = ("system", "instance", "solver", "seed", "termination")
+# What each field of a run record may hold. The bench writes them, but `pipeplan report` may be
+# handed a folder from anyone: a field of another type, a non-finite or overflowing number or a
+# name with control characters is refused naming the line, instead of a crash deep in the report
+# (or a name like "a\x00b" reaching a plot's file name).
+RECORD_NAMES = ("system", "instance", "solver", "termination")
+RECORD_NUMBERS = ("time_limit", "wall_time_s", "gap")             # None or a finite number
+RECORD_TEXTS = ("quality", "stopped_by", "message")               # None or text
+RECORD_FLAGS = ("exact", "bound_proven")                          # None or true/false
+RECORD_TABLES = ("objectives", "bound")                           # None or {name: finite number or None}
 
 
 @dataclass(frozen=True)
@@ -386,6 +395,7 @@ def scan_records(path: Path) -> tuple[list[dict], Damage | None]:
     lines = read_input(path, what="bench record file").split(b"\n")
     last = max((n for n, raw in enumerate(lines) if raw.strip()), default=-1)
     out, offset = [], 0
+    seen: dict[str, int] = {}       # record key -> its line
     for n, raw in enumerate(lines[:last + 1]):
         where = f"line {n + 1}"
         if raw.strip():
@@ -405,9 +415,74 @@ def scan_records(path: Path) -> tuple[list[dict], Damage | None]:
             missing = [k for k in RECORD_KEYS if k not in record]
             if missing:
                 raise InputError(str(path), f"{where}: {missing[0]}", "missing field of a run record")
+            check_record(record, str(path), where)
+            key = record_key(record)
+            if key in seen:
+                raise InputError(str(path), where, f"run recorded twice (first on line {seen[key]}): "
+                                                   f"{record['system']} {record['instance']} {record['solver']} "
+                                                   f"seed {record['seed']}")
+            seen[key] = n + 1
             out.append(record)
         offset += len(raw) + 1
     return out, None
+
+
+def _finite(value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)     # an int past a float's range overflows here
+    except OverflowError:
+        return False
+
+
+def check_record(record: dict, source: str, where: str) -> None:
+    """Refuse a run record whose fields do not hold what the bench writes (see ``RECORD_NAMES``
+    and the rest); ``where`` is ``line N``."""
+    def fail(field: str, expected: str, value) -> InputError:
+        shown = repr(value)
+        return InputError(source, f"{where}: {field}", f"expected {expected}, got "
+                                                       f"{shown if len(shown) <= 60 else shown[:57] + '...'}")
+
+    def table(value, field: str) -> None:
+        if not isinstance(value, dict):
+            raise fail(field, "an object of numbers", value)
+        for k, v in value.items():
+            if v is not None and not _finite(v):
+                raise fail(f"{field}.{k}", "a finite number", v)
+
+    for k in RECORD_NAMES:
+        v = record[k]
+        if not isinstance(v, str) or not v or not v.isprintable():
+            raise fail(k, "a name (text without control characters)", v)
+    seed = record["seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise fail("seed", "an integer", seed)
+    for k in RECORD_NUMBERS:
+        v = record.get(k)
+        if v is not None and not (_finite(v) and (k == "gap" or v >= 0) and (k != "time_limit" or v > 0)):
+            raise fail(k, "a finite number" if k == "gap" else "a finite positive number of seconds", v)
+    for k in RECORD_TEXTS:
+        if record.get(k) is not None and not isinstance(record[k], str):
+            raise fail(k, "text", record[k])
+    for k in RECORD_FLAGS:
+        if record.get(k) is not None and not isinstance(record[k], bool):
+            raise fail(k, "true or false", record[k])
+    for k in RECORD_TABLES:
+        if record.get(k) is not None:
+            table(record[k], k)
+    front = record.get("front")
+    if front is not None:
+        if not isinstance(front, list):
+            raise fail("front", "a list of points", front)
+        for i, point in enumerate(front):
+            table(point, f"front[{i}]")
+    for k in ("params", "versions"):
+        if record.get(k) is not None and not isinstance(record[k], dict):
+            raise fail(k, "an object", record[k])
+    objective = (record.get("params") or {}).get("objective")
+    if objective is not None and not isinstance(objective, str):
+        raise fail("params.objective", "an objective's name", objective)
 
 
 def read_records(path: Path) -> list[dict]:
@@ -618,7 +693,7 @@ def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jo
         total, finished = len(runs), len(runs) - len(todo)
         began = time.perf_counter()
         write_json(out / "suite.json", {
-            "suite": suite_name, "source": str(path), "engine": engine, "jobs": jobs,
+            "suite": suite_name, "source": str(path), "planned": [r.key for r in runs], "engine": engine, "jobs": jobs,
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine()})
         _snapshot_optima(out, {r.instance for r in runs if r.system == "mapping"})
 

@@ -15,6 +15,7 @@ shows which limit stopped it (``work limit`` or ``time limit``, the record's ``s
 """
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from pipeplan.app.bench import RECORDS, read_records
 from pipeplan.app.figures import pareto_plot
 from pipeplan.app.stored_optima import SNAPSHOT, read_optima, references
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_json, staged_folder, write_atomic
+from pipeplan.core.io import inside_folder, load_json, staged_folder, write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 
 # objectives per line of summary.csv: every mapping objective (period, latency, energy per frame,
@@ -44,6 +45,22 @@ def summary_csv(records: list[dict]) -> str:
             row[f"objective_{i}"], row[f"value_{i}"] = k, v
         rows.append(row)
     return csv_text(rows, SUMMARY_COLUMNS, formats={"wall_time_s": ".4g"})
+
+
+PLOT_NAME_MAX = 120     # characters of an instance's name kept in its plot's file name
+
+
+def plot_name(instance: str) -> str:
+    """The file name of an instance's Pareto plot: ``pareto_<instance, / as __>.png``; a name too
+    long for a file name (an instance file's path, or a hostile record) is cut and a hash of the
+    whole name added, so two long names still get two plots."""
+    import hashlib
+
+    stem = instance.replace("/", "__")
+    if len(stem.encode()) > PLOT_NAME_MAX:
+        digest = hashlib.sha256(instance.encode()).hexdigest()[:12]
+        stem = stem.encode()[:PLOT_NAME_MAX].decode(errors="ignore") + "-" + digest
+    return f"pareto_{stem}.png"
 
 
 def _by_instance(records: list[dict]) -> dict[str, list[dict]]:
@@ -123,8 +140,9 @@ def mapping_section(records: list[dict], out: Path, stored: dict | None = None) 
         table.append([inst, f"{cell(ref)} {tag}", *cells])
         gap_table.append([inst, *gcells])
         front = next((x["front"] for x in rs if x.get("front")), None)
+        front = [p for p in front or () if p.get("period_ms") is not None and p.get("latency_ms") is not None]
         if front:
-            name = f"pareto_{inst.replace('/', '__')}.png"
+            name = plot_name(inst)
             pareto_plot(out / name, f"{inst}: period vs latency", "period_ms", "latency_ms",
                         approx={"nsga2": front},
                         points={x["solver"]: x["objectives"] for x in rs if x.get("objectives") and not x.get("front")})
@@ -209,6 +227,9 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
             if r is None or v is None:
                 cells.append((r or {}).get("termination", "-"))
                 continue
+            if not best:        # every scheme's expected step time is 0: no ratio
+                cells.append(f"{v:.3f}")
+                continue
             worst = r["objectives"].get("worst_step_s")
             tag = "" if r["termination"] in ("completed", "optimal") else f" {_status(r)}"
             cells.append(f"{v:.3f} (x{v / best:.2f}; worst {cell(worst)}){tag}")
@@ -240,7 +261,7 @@ def multi_section(records: list[dict], out: Path) -> list[str]:
             value = (r.get("objectives") or {}).get(key)
             gap = r.get("gap")
             table.append([inst, objective, r["solver"], _status(r), cell(value), "-" if gap is None else f"{gap:.2%}",
-                          f"{r['wall_time_s']:.1f}"])
+                          cell(r.get("wall_time_s"), ".1f")])
     lines += markdown_table(("instance", "objective", "solver", "status", "value", "gap", "s"), table)
     return lines + [""]
 
@@ -250,14 +271,43 @@ SECTIONS = {"mapping": mapping_section, "gradcode": gradcode_section, "rollout":
 
 
 def _planned_keys(suite: dict) -> list[str] | None:
-    """The run keys of the bench's suite (suite.json's source) in planned order, or None."""
-    from pipeplan.app.bench import load_suite, plan_runs
+    """The run keys of the bench's suite in planned order, or None: suite.json's ``planned``
+    (the bench writes it), else, for a folder from before it did, the shipped suite of that name.
+    Never the file suite.json's ``source`` names: the folder may come from anyone, and the report
+    reads nothing outside it because of what it says."""
+    from pipeplan.app.bench import SUITES_DIR, load_suite, plan_runs
 
+    planned = suite.get("planned")
+    if isinstance(planned, list) and all(isinstance(k, str) for k in planned):
+        return planned
+    name = suite.get("suite")
+    if not (isinstance(name, str) and name.isidentifier() and (SUITES_DIR / f"{name}.toml").is_file()):
+        return None
     try:
-        _, spec = load_suite(suite.get("source", ""))
-        return [r.key for r in plan_runs(spec)]
+        return [r.key for r in plan_runs(load_suite(name)[1])]
     except (InputError, KeyError, OSError):
         return None
+
+
+def _member(results_dir: Path, name: str) -> Path | None:
+    """``results_dir/name``, None when there is none; refused when it is a link leading out of the
+    folder (a bench folder may come from anyone: the report reads only files inside it)."""
+    if not os.path.lexists(results_dir / name):
+        return None
+    return inside_folder(results_dir, name, str(results_dir), name)
+
+
+def _suite_doc(results_dir: Path) -> dict:
+    """suite.json of a bench folder ({} when there is none): an object, its ``machine`` one too."""
+    path = _member(results_dir, "suite.json")
+    if path is None:
+        return {}
+    suite = load_json(path)
+    if not isinstance(suite, dict):
+        raise InputError(str(path), "", f"expected an object, got {type(suite).__name__}")
+    if not isinstance(suite.get("machine", {}), dict):
+        raise InputError(str(path), "machine", f"expected an object, got {type(suite['machine']).__name__}")
+    return suite
 
 
 def in_plan_order(records: list[dict], planned: list[str] | None) -> list[dict]:
@@ -318,13 +368,13 @@ def write_report(results_dir: Path) -> str:
     warning, not refused: the report never changes runs.jsonl, and it may read a folder whose
     bench is still appending; the next ``pipeplan bench`` on the folder sets the line aside and
     redoes its run. A damaged line before the last is an error naming it (``read_records``)."""
-    records_path = results_dir / RECORDS
-    if not records_path.exists():
+    records_path = _member(results_dir, RECORDS)
+    if records_path is None:
         raise InputError(str(results_dir), RECORDS, "no bench records here (run `pipeplan bench` first)")
     records = read_records(records_path)
     if not records:
         raise InputError(str(records_path), "", "empty: no finished run recorded")
-    suite = load_json(results_dir / "suite.json") if (results_dir / "suite.json").exists() else {}
+    suite = _suite_doc(results_dir)
     planned = _planned_keys(suite)
     records = in_plan_order(records, planned)
     m = suite.get("machine", {})
@@ -341,7 +391,8 @@ def write_report(results_dir: Path) -> str:
     for r in records:
         by_system[r["system"]].append(r)
     with staged_folder(results_dir) as stage:     # report.md, summary.csv and plots appear together
-        stored = references(read_optima(results_dir / SNAPSHOT))
+        snapshot = _member(results_dir, SNAPSHOT)
+        stored = references(read_optima(snapshot)) if snapshot else {}
         for system, rs in by_system.items():
             section = SECTIONS.get(system)
             if system == "mapping":

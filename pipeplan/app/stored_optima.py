@@ -9,7 +9,8 @@ import csv
 import io
 from pathlib import Path
 
-from pipeplan.core.io import read_input
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_text, parse_number
 
 # a source checkout (the README's install is editable): <repository>/results/mapping/optima.csv
 STORED = Path(__file__).resolve().parents[2] / "results" / "mapping" / "optima.csv"
@@ -18,18 +19,39 @@ COLUMNS = ("instance", "granularity", "objective", "status", "value", "bound", "
            "method", "seconds", "threads")
 
 
+REQUIRED = ("instance", "objective", "status", "value", "bound")   # what the references read
+NUMBERS = ("value", "bound", "gap", "seconds")
+
+
 def read_optima(path: Path = STORED) -> list[dict]:
-    """The rows of an optima file (numbers as floats, empty cells as None); [] if there is none."""
+    """The rows of an optima file (numbers as floats, empty cells as None); [] if there is none.
+    A bench folder's copy may come from anyone: text that is not UTF-8, a missing column, and a
+    number that is not finite and non-negative are one-line errors naming the line."""
     if not path.is_file():
         return []
-    rows = []
-    for row in csv.DictReader(io.StringIO(read_input(path, what="optima table").decode())):
-        for k in ("value", "bound", "gap", "seconds"):
-            try:
-                row[k] = float(row[k]) if row.get(k) not in (None, "") else None
-            except ValueError:
-                row[k] = None
-        rows.append(row)
+    source = str(path)
+    reader = csv.DictReader(io.StringIO(load_text(path, what="optima table"), newline=""))
+    try:
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
+        if missing:
+            raise InputError(source, missing[0], "missing column of an optima table")
+        rows = []
+        for row in reader:
+            where = f"line {reader.line_num}"
+            for k in ("instance", "objective", "status"):
+                if not isinstance(row.get(k), str):
+                    raise InputError(source, f"{where}: {k}", "missing cell")
+            for k in NUMBERS:
+                cell = row.get(k)
+                if cell in (None, ""):
+                    row[k] = None
+                    continue
+                row[k] = parse_number(cell, source, f"{where}: {k}")
+                if row[k] < 0:
+                    raise InputError(source, f"{where}: {k}", f"negative number {cell!r}")
+            rows.append(row)
+    except csv.Error as exc:
+        raise InputError(source, f"line {reader.line_num}", f"unreadable CSV ({exc})") from None
     return rows
 
 

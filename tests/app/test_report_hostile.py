@@ -1,0 +1,59 @@
+"""`pipeplan report` on a bench folder from someone else: its files may not lead out of it
+(links, suite.json's `source`), and odd but valid records (a long instance name, a front point
+without the plotted objectives, missing times, a zero step time) give a report, not a crash."""
+import json
+import os
+
+from pipeplan.app.report import PLOT_NAME_MAX, write_report
+from tests.cli_helpers import assert_input_error, run_cli
+
+
+def rec(instance="khadas-vim3/Alex", solver="heft", **extra):
+    return {"system": "mapping", "instance": instance, "solver": solver, "seed": 0, "time_limit": 10.0,
+            "termination": "completed", "quality": "feasible", "objectives": {"period_ms": 30.0, "latency_ms": 40.0},
+            "wall_time_s": 0.01, "message": "", "front": [], **extra}
+
+
+def folder(tmp_path, *records):
+    out = tmp_path / "bench"
+    out.mkdir(parents=True)
+    (out / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return out
+
+
+def test_files_that_are_links_out_of_the_folder_are_refused(tmp_path):
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(json.dumps(rec()) + "\n")
+    for name in ("runs.jsonl", "suite.json", "reference_optima.csv"):
+        out = folder(tmp_path / name, rec())
+        (out / name).unlink(missing_ok=True)
+        os.symlink(outside, out / name)
+        proc = run_cli("report", out)
+        assert_input_error(proc, name, "is not a file inside")
+        assert {p.name for p in out.iterdir()} == {name, "runs.jsonl"}      # nothing written
+
+
+def test_the_suite_file_that_suite_json_names_is_never_read(tmp_path):
+    """`source` pointing at a FIFO would hang the report if it were opened; a plan of the runs
+    comes from suite.json's own `planned` list."""
+    fifo = tmp_path / "suite.toml"
+    os.mkfifo(fifo)
+    out = folder(tmp_path, rec(), rec(solver="single"))
+    (out / "suite.json").write_text(json.dumps({"suite": str(fifo), "source": str(fifo),
+                                                "planned": ["mapping|khadas-vim3/Alex|single|0",
+                                                            "mapping|khadas-vim3/Alex|heft|0",
+                                                            "mapping|khadas-vim3/Alex|cpsat|0"]}))
+    md = write_report(out)
+    assert "PARTIAL: 2 of the suite's 3 runs are recorded" in md
+
+
+def test_odd_but_valid_records_make_a_report(tmp_path):
+    long_name = "x/" + "a" * 400
+    out = folder(tmp_path,
+                 rec(long_name, front=[{"period_ms": 30.0, "latency_ms": 40.0}, {"period_ms": 31.0}]),
+                 rec(long_name.replace("a", "b"), front=[{"period_ms": 30.0, "latency_ms": 40.0}]),
+                 {**rec(solver="cpsat"), "wall_time_s": None, "system": "multi"},
+                 {**rec(solver="fr"), "system": "gradcode", "objectives": {"expected_step_s": 0.0}})
+    write_report(out)
+    plots = sorted(p.name for p in out.glob("pareto_*.png"))
+    assert len(plots) == 2 and all(len(p) <= PLOT_NAME_MAX + 30 for p in plots)

@@ -1,4 +1,6 @@
 """Bad option values on every command that takes them: one line naming the option, exit 2."""
+from pathlib import Path
+
 import pytest
 
 from tests.cli_helpers import assert_input_error, run_cli
@@ -48,3 +50,25 @@ def test_bad_option_is_one_line_exit_2(args, option, tmp_path):
     proc = run_cli(*args, "--out", tmp_path / "out") if args[0] in ("study", "pareto", "compare") else run_cli(*args)
     assert_input_error(proc, option)
     assert not (tmp_path / "out").exists()
+
+
+DEPLOY_LOOP = [
+    (["--frames", "1000000000000"], "--frames"),
+    (["--runs", "1000000000000"], "--runs"),
+    (["--models", "squeezenet,{tmp}/squeezenet.onnx"], "same folder name 'squeezenet'"),
+    (["--out", "{tmp}/link"], "symbolic link"),
+]
+
+
+@pytest.mark.parametrize("extra,needle", DEPLOY_LOOP, ids=[n for _, n in DEPLOY_LOOP])
+def test_deploy_loop_refuses_before_profiling(extra, needle, tmp_path):
+    """deploy-loop profiles, solves and exports before it runs an export: what `run` or a
+    second model would refuse is refused first, with one line and nothing written."""
+    (tmp_path / "squeezenet.onnx").write_bytes((Path(__file__).parents[1] / "bad_inputs/good/tiny.onnx").read_bytes())
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    args = ["--models", "squeezenet", "--solvers", "single", "--frames", "2", "--runs", "1", "--out", tmp_path / "out"]
+    args += [a.format(tmp=tmp_path) for a in extra]
+    before = sorted(tmp_path.rglob("*"))
+    assert_input_error(run_cli("deploy-loop", *args), needle)
+    assert sorted(tmp_path.rglob("*")) == before

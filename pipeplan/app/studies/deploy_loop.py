@@ -11,6 +11,7 @@ the export folder <solver>/ and <solver>.run.json. The table goes to ``out/deplo
 """
 from __future__ import annotations
 
+import math
 import platform as host_platform
 import statistics
 from collections.abc import Callable
@@ -18,20 +19,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import onnxruntime as ort
+from onnx import helper
 
 import pipeplan
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import write_atomic, write_json
+from pipeplan.core.io import check_output, write_atomic, write_json
 from pipeplan.core.registry import get_solver
+from pipeplan.core.sizes import check_memory
 from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.deploy.executor import run_export
 from pipeplan.deploy.export import export_plan
-from pipeplan.formulations.mapping.onnx_graph import model_path
+from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, graph_from_model, model_path, read_model
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.from_model import model_instance
 from pipeplan.instances.paths import PLATFORMS_DIR
+from pipeplan.profiles.ort_profiler import TRACE_BYTES_PER_NODE_RUN
 
 DEFAULT_SOLVERS = ("single", "pipeline-dp", "heft", "cpsat")
 COLUMNS = ("model", "solver", "termination", "stages", "groups", "predicted_period_ms", "measured_period_ms",
@@ -64,8 +68,33 @@ CAVEATS = """\
 
 
 def model_label(model: str) -> str:
-    """The row label and folder name of a model: its name in the onnx wheel, or its file's stem."""
-    return Path(model).stem if Path(model).suffix == ".onnx" else model
+    """The row label and folder name of a model: its name in the onnx wheel, or its file's stem
+    (for any file, with or without the .onnx suffix: a path never becomes a folder name, where
+    ``out / "/abs/model"`` would be the model file itself)."""
+    return model if model in LIGHT_MODELS and not Path(model).exists() else Path(model).stem
+
+
+def check_models(models: list[str], *, frames: int, runs: int, warmup: int) -> None:
+    """Everything about the models that can be refused, refused before the first one is
+    profiled: two models sharing a folder name (the second would overwrite the first's
+    exports), and ``--frames`` and ``--runs`` past the memory cap (the checks ``pipeplan run``
+    and ``pipeplan profile`` make, from the whole model's outputs and node count)."""
+    seen: dict[str, str] = {}
+    for model in models:
+        label = model_label(model)
+        if label in seen or not label or label in (".", ".."):
+            why = f"same folder name {label!r} as {seen[label]!r}" if label in seen else "no usable folder name"
+            raise InputError("--models", model, f"{why} (rename the file)")
+        seen[label] = model
+        onnx_model = read_model(model_path(model))
+        check_memory("--runs", runs + warmup,
+                     TRACE_BYTES_PER_NODE_RUN * len(graph_from_model(onnx_model, model).nodes))
+        frame = 0
+        for out in onnx_model.graph.output:
+            tt = out.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
+            frame += math.prod(dims) * helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
+        check_memory("--frames", frames, 2 * frame)     # as run_export: ours and the reference's outputs
 
 
 def host_instance(model: str, folder: Path, *, runs: int, warmup: int) -> MappingProblem:
@@ -90,8 +119,8 @@ def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFA
         raise InputError("--runs", "", f"need at least 1 profiling run, got {runs}")
     for name in solvers:
         get_solver("mapping", name)  # unknown names fail before any work
-    for model in models:
-        model_path(model)
+    check_output(out, folder=True)
+    check_models(models, frames=frames, runs=runs, warmup=warmup)
     rows: list[dict] = []
     total, step = len(models) * (1 + len(solvers)), 0
     for model in models:

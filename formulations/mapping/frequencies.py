@@ -31,8 +31,9 @@ def levels_for(problem: MappingProblem, plan: Plan, freq: str, source: str = "--
 
 
 def plan_for(problem: MappingProblem, mapping: str, mode: str = "pipelined", freq: str = "max",
-             source: str = "--mapping") -> Plan:
-    """The plan of a mapping string with its DVFS levels (``--freq`` syntax)."""
+             source: str = "--mapping", freq_source: str = "--freq") -> Plan:
+    """The plan of a mapping string with its DVFS levels (``--freq`` syntax); ``source`` and
+    ``freq_source`` name where each came from (an option, or a batch file's line)."""
     units = tuple(u.name for u in problem.units)
     plan = plan_from_string(units, problem.pu_names, mapping, mode=mode, instance=problem.name, source=source)
-    return dataclasses.replace(plan, levels=levels_for(problem, plan, freq))
+    return dataclasses.replace(plan, levels=levels_for(problem, plan, freq, freq_source))

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json, read_csv
+from pipeplan.core.sizes import check_memory
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.frequencies import plan_for
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
@@ -35,6 +36,12 @@ def evaluate_one(problem: MappingProblem, *, mapping: str | None, plan_file: Pat
     return {**_score(problem, plan, "--mapping", detail), "freq": freq}
 
 
+# memory per row of `evaluate --batch` while the rows are scored (measured: about 1.2 KB a row
+# of a 4-unit instance, results and parsed cells; with margin), per row and per unit
+BATCH_BYTES_PER_ROW = 2048
+BATCH_BYTES_PER_UNIT = 256
+
+
 def evaluate_batch(problem: MappingProblem, path: Path) -> list[dict]:
     """Score every row of a CSV (columns mapping, mode, freq); all rows are validated before
     any result is returned, so a bad row yields an error and no partial output."""
@@ -44,6 +51,14 @@ def evaluate_batch(problem: MappingProblem, path: Path) -> list[dict]:
     header = [h.strip() for h in lines[0][1]]
     if "mapping" not in header:
         raise InputError(str(path), "mapping", "missing column (columns: mapping, mode, freq)")
+    repeated = next((h for h in header if h and header.count(h) > 1), None)
+    if repeated:
+        raise InputError(str(path), repeated, "column named twice in the header")
+    if len(lines) < 2:
+        raise InputError(str(path), "", "no rows after the header")
+    # every row's result is held until all are scored (no partial output): refuse a count that
+    # would not fit, before the first row is scored
+    check_memory(f"{path}: rows", len(lines) - 1, BATCH_BYTES_PER_ROW + BATCH_BYTES_PER_UNIT * len(problem.units))
     rows = [(n, dict(zip(header, cells))) for n, cells in lines[1:]]
     out = []
     for n, row in rows:
@@ -53,6 +68,6 @@ def evaluate_batch(problem: MappingProblem, path: Path) -> list[dict]:
             raise InputError(where, "mode", f"must be pipelined or serial, got {mode!r}")
         mapping = (row.get("mapping") or "").strip()
         freq = (row.get("freq") or "max").strip()
-        plan = plan_for(problem, mapping, mode, freq, source=f"{where}: mapping")
+        plan = plan_for(problem, mapping, mode, freq, source=f"{where}: mapping", freq_source=f"{where}: freq")
         out.append({**_score(problem, plan, where), "freq": freq})
     return out

@@ -72,3 +72,13 @@ def test_deploy_loop_refuses_before_profiling(extra, needle, tmp_path):
     before = sorted(tmp_path.rglob("*"))
     assert_input_error(run_cli("deploy-loop", *args), needle)
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_batch_of_more_rows_than_fit_in_memory_is_refused_before_scoring(tmp_path):
+    """Every row's result is held until all are scored: the count is checked against the cap."""
+    batch = tmp_path / "batch.csv"
+    batch.write_text("mapping\n" + "ABAB\n" * 2000)
+    good = Path(__file__).parents[1] / "bad_inputs" / "good" / "diamond.json"
+    proc = run_cli("evaluate", good, "--batch", batch, env={"PIPEPLAN_MAX_MEMORY_MB": "1"})
+    assert_input_error(proc, "batch.csv: rows: 2000 needs about")
+    assert proc.stdout == ""

@@ -42,12 +42,19 @@ CASES = [
     (["gradcode", "place", "--scheme", "solver", "--n", "6", "--s", "1", "--time-limit", "-1"], "--time-limit"),
     (["gradcode", "simulate", "--scheme", "fr", "--n", "6", "--s", "1", "--delay", "gamma"], "--delay"),
     (["gradcode", "simulate", "--scheme", "fr", "--n", "6", "--s", "1", "--mean", "-1"], "--mean"),
+    (["study", "--instances", ","], "--instances: no names"),
+    (["study", "--instances", "a311d/squeezenet,a311d/squeezenet"], "--instances: a311d/squeezenet: listed twice"),
+    (["compare", "khadas-vim3/Alex", "--solvers", "heft,single,heft"], "--solvers: heft: listed twice"),
+    (["energy-efficiency", "--instances", ",,,"], "--instances: no names"),
+    (["deploy-loop", "--models", "squeezenet,squeezenet"], "--models: squeezenet: listed twice"),
+    (["run", "tests/bad_inputs/good/manifest", "--frames", "3", "--seed", "-1"], "--seed: must be"),
 ]
 
 
 @pytest.mark.parametrize("args,option", CASES, ids=[" ".join(a[:2]) + " " + o for a, o in CASES])
 def test_bad_option_is_one_line_exit_2(args, option, tmp_path):
-    proc = run_cli(*args, "--out", tmp_path / "out") if args[0] in ("study", "pareto", "compare") else run_cli(*args)
+    with_out = ("study", "pareto", "compare", "energy-efficiency", "deploy-loop")
+    proc = run_cli(*args, "--out", tmp_path / "out") if args[0] in with_out else run_cli(*args)
     assert_input_error(proc, option)
     assert not (tmp_path / "out").exists()
 

@@ -207,17 +207,27 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
         raise typer.Exit(1)
 
 
+def _name_list(option: str, text: str) -> list[str]:
+    """The names of a comma list, refused when one is listed twice (it would run twice, or its
+    second result replace the first unseen) or the list names nothing."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise InputError(option, "", f"no names in {text!r}")
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise InputError(option, twice, "listed twice")
+    return names
+
+
 def _solver_list(text: str, objective: str = "period") -> list[str]:
     """The mapping solvers of a comma list, each able to minimise ``objective``."""
     from pipeplan.core.registry import get_solver
-    names = [s.strip() for s in text.split(",") if s.strip()]
+    names = _name_list("--solvers", text)
     for n in names:
         choices = get_solver("mapping", n).params["objective"].choices
         if choices and objective not in choices:
             raise InputError("--objective", "", f"solver {n} minimises only {', '.join(choices)}, not {objective} "
                                                 "(leave it out of --solvers)")
-    if not names:
-        raise InputError("--solvers", "", "no solver names")
     return names
 
 
@@ -302,7 +312,7 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out", help="f
 
     check_limits(time_limit, threads, seed=seed)
     names = _solver_list(solvers)
-    chosen = [s.strip() for s in instances.split(",")] if instances else STUDY_INSTANCES
+    chosen = _name_list("--instances", instances) if instances is not None else STUDY_INSTANCES
     for inst in chosen:
         load_mapping(inst)
     command = command_text("pipeplan study")
@@ -327,7 +337,7 @@ def energy_efficiency_cmd(out: Path = typer.Option(Path("results/mapping"), "--o
     from pipeplan.instances.catalog import load_mapping
 
     check_limits(time_limit, threads, seed=seed)
-    chosen = [s.strip() for s in instances.split(",") if s.strip()] if instances else INSTANCES
+    chosen = _name_list("--instances", instances) if instances is not None else INSTANCES
     for inst in chosen:
         load_mapping(inst)
     for file in ("energy_efficiency.md", "energy_efficiency.csv", "energy_efficiency_plans.csv"):
@@ -560,6 +570,7 @@ def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan 
     A joint export (joint.json) runs every network's pipeline at the same time."""
     from pipeplan.deploy.executor import platform_warning, run_export
     from pipeplan.deploy.multi import is_joint_export
+    check_limits(None, seed=seed)      # else numpy's refusal of a seed reads as a fault of the manifest
     if is_joint_export(folder):
         return _run_joint(folder, frames, seed, as_json)
     with _progress(f"run {folder.name}") as progress:
@@ -618,9 +629,7 @@ def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--model
                     seed: int = typer.Option(0, "--seed", help="seed of the solvers, random weights and input frames")):
     """Profile the host, solve, export, run: predicted vs measured period and latency (CSV + markdown)."""
     from pipeplan.app.studies.deploy_loop import deploy_loop
-    names = [m.strip() for m in models.split(",") if m.strip()]
-    if not names:
-        raise InputError("--models", "", "no model names")
+    names = _name_list("--models", models)
     command = command_text("pipeplan deploy-loop")
     with _progress("deploy-loop") as progress:
         md = deploy_loop(names, out, solvers=tuple(_solver_list(solvers)), frames=frames, runs=runs,

@@ -179,7 +179,11 @@ def test_a_milp_highs_cannot_stop_leaves_the_bound_valid_and_the_limit_kept():
                     per_token=0.001, optimizer=0.0, arrival=(0, 2, 4, 3, 1), retract_headroom_steps=20)
     bound = step_bound(p, buckets=16, time_limit=10)
     best = min(simulate(p, make_policy(name)).metrics()["train_end_s"] for name in POLICIES)
-    assert 0.95 * best <= bound.bound_s <= best + 1e-9
+    # the refinements climb about 1 s apiece (0.72 s at 16 buckets, 0.84 s at 41 on an idle
+    # machine), so how far they get depends on the load; what must hold is that the bound of the
+    # MILPs before the one that cannot stop is kept: at least the first MILP's, which closes at once
+    first = step_bound(p, buckets=16, time_limit=10, refine=False)
+    assert first.closed and first.bound_s <= bound.bound_s <= best + 1e-9
 
 
 def test_on_the_paper_engine_the_planner_beats_every_policy_and_the_bound_beats_the_analytic_one():

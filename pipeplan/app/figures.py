@@ -75,5 +75,6 @@ def bar_chart(path: Path, title: str, groups: dict[str, dict[str, float]], *, yl
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    if series:                  # an empty chart has no legend (matplotlib warns on stderr)
+        ax.legend(fontsize=7, ncol=2)
     return save_figure(fig, path)

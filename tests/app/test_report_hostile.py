@@ -4,6 +4,8 @@ without the plotted objectives, missing times, a zero step time) give a report, 
 import json
 import os
 
+import pytest
+
 from pipeplan.app.report import PLOT_NAME_MAX, write_report
 from tests.cli_helpers import assert_input_error, run_cli
 
@@ -47,6 +49,7 @@ def test_the_suite_file_that_suite_json_names_is_never_read(tmp_path):
     assert "PARTIAL: 2 of the suite's 3 runs are recorded" in md
 
 
+@pytest.mark.filterwarnings("error::UserWarning")     # an empty chart once made matplotlib warn on stderr
 def test_odd_but_valid_records_make_a_report(tmp_path):
     long_name = "x/" + "a" * 400
     out = folder(tmp_path,

@@ -50,18 +50,17 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
                progress: Callable[[int, int], None] | None = None,
-               together: threading.Barrier | None = None) -> dict[str, Any]:
+               together: threading.Barrier | None = None, manifest: Manifest | None = None) -> dict[str, Any]:
     """Run ``frames`` frames through the export in ``folder``; returns the report.
 
     ``together``: a barrier shared by runs of several exports at once (a joint export,
     :mod:`pipeplan.deploy.multi`). Each run waits at it once its sessions are ready, so the
     pipelines start streaming together, and again when its frames are out, so no run's
-    reference check competes with another's frames."""
-    if frames < 2:
-        raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
-    m = load_manifest(folder)
-    # every frame's outputs are kept for the reference check (twice: ours and the reference's)
-    check_memory("--frames", frames, 2 * sum(math.prod(t.concrete_shape()) * t.dtype.itemsize for t in m.outputs))
+    reference check competes with another's frames. ``manifest``: the folder's manifest, when the
+    caller loaded it already (to check all networks' frames together)."""
+    check_frames(frames)
+    m = manifest or load_manifest(folder)
+    check_memory("--frames", frames, kept_bytes_per_frame(m))
     host_cpus = os.cpu_count() or 1
     for pu, rt in m.pus.items():
         if rt["intra_op_threads"] > OVERSUBSCRIPTION * host_cpus:
@@ -108,6 +107,17 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
         together.wait()
     match, max_diff = _compare_with_reference(m, outputs, seed)
     return _report(m, stages, sessions, cores, leave, match, max_diff)
+
+
+def check_frames(frames: int) -> None:
+    if frames < 2:
+        raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
+
+
+def kept_bytes_per_frame(m: Manifest) -> int:
+    """Memory a run holds per frame until its end: every frame's outputs are kept for the
+    reference check, twice (ours and the reference's)."""
+    return 2 * sum(math.prod(t.concrete_shape()) * t.dtype.itemsize for t in m.outputs)
 
 
 def frame_inputs(specs: tuple[TensorSpec, ...], seed: int, frame: int) -> dict[str, np.ndarray]:

@@ -45,10 +45,11 @@ from typing import Any
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, inside_folder, load_json
-from pipeplan.deploy.executor import run_export
+from pipeplan.core.sizes import check_memory
+from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, kept_bytes_per_frame, run_export
 from pipeplan.deploy.export import _check_target as check_single_target
 from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
-from pipeplan.deploy.manifest import MANIFEST_FILE, sha256_of
+from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest, sha256_of
 from pipeplan.formulations.mapping.multi.evaluator import JointEvaluation, evaluate_plan_file
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_path
@@ -259,9 +260,17 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
               progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Stream ``frames`` frames through every network of the joint export in ``folder`` at
     once; returns the report (per network: measured, predicted, their ratios, the whole
-    single-network run report)."""
+    single-network run report).
+
+    Checked before any session loads: the number of networks (:func:`check_network_count`) and
+    ``frames`` against the memory cap for all networks together, since every network keeps its
+    frames' outputs until the end at the same time."""
+    check_frames(frames)
     joint = load_joint(folder)
     nets = joint.networks
+    check_network_count(joint)
+    manifests = {n.name: load_manifest(n.folder) for n in nets}
+    check_memory("--frames", frames, sum(kept_bytes_per_frame(m) for m in manifests.values()))
     together = threading.Barrier(len(nets))
     left: dict[str, list[float]] = {n.name: [] for n in nets}   # when each frame left the pipeline
     lock = threading.Lock()
@@ -276,7 +285,8 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
                 if progress:
                     progress(sum(map(len, left.values())), frames * len(nets))
         try:
-            reports[net.name] = run_export(net.folder, frames=frames, seed=seed, progress=tick, together=together)
+            reports[net.name] = run_export(net.folder, frames=frames, seed=seed, progress=tick, together=together,
+                                          manifest=manifests[net.name])
         except BaseException as exc:   # handed to the caller below
             errors.append(exc)
             together.abort()           # the others stop waiting for this one
@@ -289,6 +299,17 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
     if errors:   # the first real failure; the others only saw the barrier break
         raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
     return _joint_report(joint, reports, left, frames, seed)
+
+
+def check_network_count(joint: JointExport) -> None:
+    """Refuse more networks than OVERSUBSCRIPTION x this host's CPUs: each network streams its
+    own pipeline at the same time (a thread of its own and at least one computing), so past that
+    the host runs more computing threads per CPU than ``run`` allows one PU, and the rates
+    measured under concurrency would measure the oversubscription, not the plan."""
+    host_cpus = os.cpu_count() or 1
+    if len(joint.networks) > OVERSUBSCRIPTION * host_cpus:
+        raise InputError(joint.source, "networks", f"{len(joint.networks)} networks to run at once on a host with "
+                         f"{host_cpus} CPUs (at most {OVERSUBSCRIPTION}x as many networks as CPUs)")
 
 
 def _joint_report(joint: JointExport, reports: dict[str, dict], left: dict[str, list[float]],

@@ -189,6 +189,28 @@ def test_joint_json_pointing_outside_its_folder_refused(tmp_path, how):
     assert_input_error(proc, str(folder / "joint.json"), "networks.squeeze.folder", "not a file inside")
 
 
+def test_frames_are_checked_against_the_memory_cap_for_all_networks_together(exported):
+    """Each network keeps 2 x 1000 floats per frame: 100 frames fit the cap for one network
+    (0.76 MiB) but not for both (1.53 MiB), which run at the same time."""
+    folder = exported["part"][1]
+    proc = run_cli("run", folder, "--frames", 100, env={"PIPEPLAN_MAX_MEMORY_MB": "1.2"})
+    assert_input_error(proc, "--frames", "100 needs about 1.53 MiB", "largest that fits: 78")
+    assert proc.stdout == ""
+
+
+def test_more_networks_than_the_host_runs_at_once_refused(tmp_path):
+    """Every network is a pipeline of its own streaming at the same time: more than 4 per host
+    CPU are refused before any folder is read."""
+    import os
+
+    count = 4 * (os.cpu_count() or 1) + 1
+    doc = joint_doc("squeeze")
+    doc["networks"] = {f"n{i}": {**doc["networks"]["squeeze"], "folder": f"n{i}"} for i in range(count)}
+    (tmp_path / "joint.json").write_text(json.dumps(doc))
+    proc = run_cli("run", tmp_path, "--frames", FRAMES)
+    assert_input_error(proc, str(tmp_path / "joint.json"), "networks", f"{count} networks to run at once")
+
+
 def test_an_instance_file_network_exports_with_its_named_model(tmp_path):
     """A network from an instance file (a profile measured on this host) names its ONNX model;
     a model outside the instance file's folder is refused."""

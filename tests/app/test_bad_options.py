@@ -48,12 +48,19 @@ CASES = [
     (["energy-efficiency", "--instances", ",,,"], "--instances: no names"),
     (["deploy-loop", "--models", "squeezenet,squeezenet"], "--models: squeezenet: listed twice"),
     (["run", "tests/bad_inputs/good/manifest", "--frames", "3", "--seed", "-1"], "--seed: must be"),
+    (["export", "tests/bad_inputs/good/host_squeezenet_plan.json", "--model", "squeezenet", "--seed", "-1"],
+     "--seed: must be"),
+    (["multi", "export", "multi/host-squeeze+shuffle", "--plan", "tests/bad_inputs/good/host_squeezenet_plan.json",
+      "--seed", "2147483648"], "--seed: must be"),
+    (["deploy-loop", "--models", "squeezenet", "--solvers", "single", "--seed", "-1"], "--seed: must be"),
+    (["deploy-loop", "--models", "squeezenet", "--cpsat-time-limit", "-1"], "--cpsat-time-limit"),
+    (["multi", "study", "--rays", "1000000000000"], "--rays"),
 ]
 
 
 @pytest.mark.parametrize("args,option", CASES, ids=[" ".join(a[:2]) + " " + o for a, o in CASES])
 def test_bad_option_is_one_line_exit_2(args, option, tmp_path):
-    with_out = ("study", "pareto", "compare", "energy-efficiency", "deploy-loop")
+    with_out = ("study", "pareto", "compare", "energy-efficiency", "deploy-loop", "export", "multi")
     proc = run_cli(*args, "--out", tmp_path / "out") if args[0] in with_out else run_cli(*args)
     assert_input_error(proc, option)
     assert not (tmp_path / "out").exists()

@@ -554,6 +554,7 @@ def export_cmd(plan: Path = typer.Argument(..., help="a plan or SolveResult JSON
                seed: int = typer.Option(0, "--seed", help="seed of the random weights of weightless models")):
     """Cut a model along a plan: one ONNX sub-model per stage and branch group, plus manifest.json."""
     from pipeplan.deploy.export import export_plan
+    check_limits(None, seed=seed)      # else numpy's refusal of the seed is a traceback after the work
     doc = export_plan(plan, _model_file(model), out, instance=instance, platform_file=platform, seed=seed)
     groups = sum(len(s["groups"]) for s in doc["stages"])
     p = doc["predicted"]

@@ -22,6 +22,10 @@ multi_app = typer.Typer(no_args_is_help=True,
                         help="Several DNNs on one SoC: joint mapping, exact and heuristic; export and run together.")
 
 INSTANCE = typer.Argument(..., help="multi-network instance: a name (pipeplan instances --system multi) or a JSON file")
+# rays per front of `multi study`: each is an exact solve and an NSGA-II run on every front
+# instance (4 solves of up to --time-limit), and at 1,000 neighbouring rays lie 0.09 degrees
+# apart, finer than the plot shows; more is a typo, refused before any work, not run for years
+MAX_RAYS = 1000
 OBJECTIVE_HELP = "; ".join(f"{o.name}: {o.label} ({o.direction})" for o in MULTI_OBJECTIVES.values())
 
 
@@ -125,7 +129,8 @@ def evaluate_cmd(instance: str = INSTANCE,
 def study_cmd(out: Path = typer.Option(Path("results/multi"), "--out", help="folder of the study's tables and plots"),
               time_limit: float = typer.Option(60.0, "--time-limit", help="seconds per solver run"),
               threads: int = typer.Option(2, "--threads", help="threads of the exact solvers"),
-              rays: int = typer.Option(11, "--rays", min=2, help="rays per front (one exact solve each)"),
+              rays: int = typer.Option(11, "--rays", min=2, max=MAX_RAYS,
+                                       help="rays per front (one exact solve each)"),
               seed: int = typer.Option(0, "--seed", help="seed of NSGA-II")):
     """Write results/multi/: exact vs heuristic joint plans and the baselines per instance, the
     goals' ratios, and fronts of one network's rate against the other's."""
@@ -148,8 +153,10 @@ def export_cmd(instance: str = INSTANCE,
                seed: int = typer.Option(0, "--seed", help="seed of the random weights of weightless models")):
     """Cut every network's model along its plan: one export folder per network plus joint.json
     (run them together with `pipeplan run OUT`)."""
+    from pipeplan.core.api import check_limits
     from pipeplan.deploy.multi import export_joint
 
+    check_limits(None, seed=seed)      # else numpy's refusal of the seed is a traceback after the work
     with _progress(f"export {Path(instance).stem}"):
         doc = export_joint(plan, instance, out, seed=seed)
     for name, net in doc["networks"].items():

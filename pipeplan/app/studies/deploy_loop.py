@@ -22,6 +22,7 @@ import onnxruntime as ort
 from onnx import helper
 
 import pipeplan
+from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, write_atomic, write_json
 from pipeplan.core.registry import get_solver
@@ -117,6 +118,8 @@ def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFA
         raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
     if runs < 1 or warmup < 0:
         raise InputError("--runs", "", f"need at least 1 profiling run, got {runs}")
+    # what the solves, the export's weights and the runs would refuse, refused before any profile
+    check_limits(cpsat_time_limit, option="--cpsat-time-limit", seed=seed)
     for name in solvers:
         get_solver("mapping", name)  # unknown names fail before any work
     check_output(out, folder=True)

@@ -48,6 +48,10 @@ def summary_csv(records: list[dict]) -> str:
 
 
 PLOT_NAME_MAX = 120     # characters of an instance's name kept in its plot's file name
+# Pareto plots per report: each PNG takes 0.1-0.3 s, so a bench folder of tens of thousands of
+# instances would draw for hours; past this many the first ones in the table's order are drawn
+# and the report says how many were left out (their fronts stay in runs.jsonl)
+MAX_PARETO_PLOTS = 50
 
 
 def plot_name(instance: str) -> str:
@@ -123,7 +127,7 @@ def mapping_section(records: list[dict], out: Path, stored: dict | None = None) 
              "used; `-` where there is no reference), its solve time and status; a run cut short says which "
              "limit stopped it: `work limit` (its work limit: CP-SAT deterministic time, NSGA-II evaluations, "
              "HiGHS nodes; the same result on any machine load) or `time limit` (the wall clock).", ""]
-    table, gap_table, plots = [], [], []
+    table, gap_table, plots, fronts = [], [], [], 0
     for inst, rs in by_inst.items():
         ref, tag = _reference(rs, "period_ms", stored.get((inst, "period_ms")))
         cells, gcells = [], []
@@ -142,6 +146,9 @@ def mapping_section(records: list[dict], out: Path, stored: dict | None = None) 
         front = next((x["front"] for x in rs if x.get("front")), None)
         front = [p for p in front or () if p.get("period_ms") is not None and p.get("latency_ms") is not None]
         if front:
+            fronts += 1
+            if fronts > MAX_PARETO_PLOTS:
+                continue
             name = plot_name(inst)
             pareto_plot(out / name, f"{inst}: period vs latency", "period_ms", "latency_ms",
                         approx={"nsga2": front},
@@ -151,7 +158,11 @@ def mapping_section(records: list[dict], out: Path, stored: dict | None = None) 
     lines += ["", *markdown_table(("instance", *(f"{s} gap to reference / time (s) / status" for s in solvers)),
                                   gap_table)]
     if plots:
-        lines += ["", "Pareto plots (NSGA-II front and each solver's plan):", ""] + plots
+        lines += ["", "Pareto plots (NSGA-II front and each solver's plan):", ""]
+        if fronts > len(plots):
+            lines += [f"Only the first {len(plots)} of the {fronts} instances with a front (in the table's order) are "
+                      f"plotted, at most {MAX_PARETO_PLOTS} per report; the fronts of the others are in runs.jsonl.", ""]
+        lines += plots
     return lines + [""]
 
 

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from pipeplan.app import report
 from pipeplan.app.report import PLOT_NAME_MAX, write_report
 from tests.cli_helpers import assert_input_error, run_cli
 
@@ -60,3 +61,15 @@ def test_odd_but_valid_records_make_a_report(tmp_path):
     write_report(out)
     plots = sorted(p.name for p in out.glob("pareto_*.png"))
     assert len(plots) == 2 and all(len(p) <= PLOT_NAME_MAX + 30 for p in plots)
+
+
+def test_pareto_plots_are_capped_and_the_report_says_so(tmp_path, monkeypatch):
+    """A folder of tens of thousands of instances with a front would draw one PNG each for hours:
+    the first MAX_PARETO_PLOTS in the table's order are drawn, and the report names the rest."""
+    monkeypatch.setattr(report, "MAX_PARETO_PLOTS", 2)
+    front = [{"period_ms": 30.0, "latency_ms": 40.0}]
+    out = folder(tmp_path, *(rec(f"x/i{i}", front=front) for i in range(5)))
+    md = write_report(out)
+    assert sorted(p.name for p in out.glob("pareto_*.png")) == ["pareto_x__i0.png", "pareto_x__i1.png"]
+    assert "Only the first 2 of the 5 instances with a front" in md
+    assert "x/i4" in md                                    # the tables still list every instance

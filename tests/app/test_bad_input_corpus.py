@@ -66,6 +66,9 @@ CONTROLS = {   # the valid input each family of cases breaks, through the same c
                         "--out", "{out}/schedule.json"],
     "platform": ["export", GOOD / "host_squeezenet_plan.json", "--model", "squeezenet",
                  "--platform", GOOD / "host_platform.json", "--out", "{out}/export"],
+    "multi_instance": ["multi", "solve", GOOD / "multi_instance.json", "--solver", "greedy-partition",
+                       "--objective", "total", "--out", "{out}/result.json"],
+    "multi_plan": ["multi", "evaluate", GOOD / "multi_instance.json", "--plan", GOOD / "multi_plan.json"],
 }
 
 

@@ -28,6 +28,16 @@ from pipeplan.formulations.mapping.problem import MappingProblem
 
 MULTI_SCHEMA = "pipeplan.multi-instance/1"
 SHARING = ("time_shared", "partitioned")
+# networks of one instance: a SoC runs a handful at once (the catalogue: 2 or 3), and each one is
+# a whole mapping instance to load and check (about 1 ms each) before any time limit runs; at
+# 1,000 each already gets under a thousandth of a PU's time
+MAX_NETWORKS = 1000
+# weights are relative: a million to one leaves the lighter network no say in the weighted
+# total, and near 1e308 x fps the total overflows to infinity
+MAX_WEIGHT = 1e6
+# a reference rate outside this range makes the normalised throughput (rate / reference)
+# overflow or vanish: 1000 / reference_fps is a period in ms
+REFERENCE_FPS = (1e-6, 1e6)
 
 
 @dataclass(frozen=True)
@@ -76,16 +86,20 @@ class MultiProblem:
             raise InputError(where, "sharing", f"must be one of {', '.join(SHARING)}, got {self.sharing!r}")
         if not self.networks:
             raise InputError(where, "networks", "expected at least one network")
+        if len(self.networks) > MAX_NETWORKS:
+            raise InputError(where, "networks", f"{len(self.networks)} networks, at most {MAX_NETWORKS}")
         seen: set[str] = set()
         for i, n in enumerate(self.networks):
             fld = f"networks[{i}]"
             if not n.name or n.name in seen:
                 raise InputError(where, f"{fld}.name", f"missing or duplicate network name {n.name!r}")
             seen.add(n.name)
-            _positive(where, f"{fld}.weight", n.weight)
-            for key in ("latency_ms", "min_fps", "reference_fps"):
+            _positive(where, f"{fld}.weight", n.weight, most=MAX_WEIGHT)
+            for key in ("latency_ms", "min_fps"):
                 if getattr(n, key) is not None:
                     _positive(where, f"{fld}.{key}", getattr(n, key))
+            if n.reference_fps is not None:
+                _positive(where, f"{fld}.reference_fps", n.reference_fps, *REFERENCE_FPS)
             prof = n.problem.profile
             for u, unit in enumerate(n.problem.units):
                 if not any(prof.can_run(u, p) for p in prof.pus):
@@ -145,9 +159,12 @@ class MultiProblem:
                 "networks": [n.to_dict() for n in self.networks]}
 
 
-def _positive(where: str, fld: str, value: Any) -> None:
+def _positive(where: str, fld: str, value: Any, least: float = 0.0, most: float = math.inf) -> None:
+    """A finite number > 0, and from ``least`` to ``most`` when they are given."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InputError(where, fld, f"must be a finite number > 0, got {value!r}")
+    if not least <= value <= most:
+        raise InputError(where, fld, f"must be from {least:g} to {most:g}, got {value!r}")
 
 
 def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], MappingProblem]) -> MultiProblem:
@@ -161,6 +178,8 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
     raw = doc.get("networks")
     if not isinstance(raw, list) or not raw:
         raise InputError(source, "networks", "expected a non-empty list of networks")
+    if len(raw) > MAX_NETWORKS:       # before any network's instance is loaded
+        raise InputError(source, "networks", f"{len(raw)} networks, at most {MAX_NETWORKS}")
     known = {"name", "instance", "weight", "latency_ms", "min_fps", "reference_fps", "model"}
     networks = []
     for i, d in enumerate(raw):

@@ -96,3 +96,12 @@ def test_a_batch_of_more_rows_than_fit_in_memory_is_refused_before_scoring(tmp_p
     proc = run_cli("evaluate", good, "--batch", batch, env={"PIPEPLAN_MAX_MEMORY_MB": "1"})
     assert_input_error(proc, "batch.csv: rows: 2000 needs about")
     assert proc.stdout == ""
+
+
+def test_costmodel_writes_all_its_files_or_none(tmp_path):
+    """A README.md folder in --out was found after runs.csv and the plots were written."""
+    out = tmp_path / "out"
+    (out / "README.md").mkdir(parents=True)
+    assert_input_error(run_cli("costmodel", "--out", out), "README.md", "is a folder")
+    assert [p.name for p in out.iterdir()] == ["README.md"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]          # no staging folder left

@@ -464,8 +464,10 @@ def costmodel_cmd(out: Path = typer.Option(Path("results/costmodel"), "--out",
     """The cost model against every measured Khadas VIM3 run: parameters, cross-validated errors,
     contention, and the runs it cannot express (from the committed files; a few seconds)."""
     from pipeplan.app.studies.costmodel import write
-    for p in write(out):
-        typer.echo(str(p))
+    with staged_folder(out) as stage:      # all files appear together, or none (a bad README.md: none)
+        written = write(stage)
+    for p in written:
+        typer.echo(str(out / p.relative_to(stage)))
 
 
 @app.command("bench")

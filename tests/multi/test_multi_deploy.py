@@ -101,10 +101,13 @@ def test_run_both_pipelines_at_once_json(exported):
     for name, net in report["networks"].items():
         assert net["outputs_match"], name
         assert net["run"]["frames"] == FRAMES and net["measured"]["throughput_fps"] > 0
-        assert 1 <= net["measured"]["concurrent_frames"] <= FRAMES
+        assert 0 <= net["measured"]["concurrent_frames"] <= FRAMES
         assert set(net["ratios"]) == {"fps_vs_alone", "fps_vs_fair", "fps_vs_total", "fps_vs_sustained",
                                       "latency_vs_alone", "latency_vs_worst"}
         assert net["predicted"]["alone"]["fps"] > 0
+    # concurrency ends when the first network is done: all of its frames lie inside; the other's
+    # may not reach one in 4 frames on a busy machine (it failed 3 runs of 4 under load)
+    assert max(net["measured"]["concurrent_frames"] for net in report["networks"].values()) == FRAMES
     assert set(report["predicted_pu_utilisation_at_measured_rates"]) == {"C0", "C1"}
 
 

@@ -96,8 +96,10 @@ def test_the_branching_takes_its_targets_from_the_plan_of_the_single_milps_solut
 
     branched = step_bound(p, buckets=12, time_limit=20, refine=False, upper=2 * planned, branch_s=16, plan=plan)
     assert len(seen) == 1 and seen[0] and all(sorted(order) == list(range(p.R)) for order in seen[0])
-    assert branched.closed and branched.ranges
-    assert any(branched.bound_s == pytest.approx(planned * (1 - gap) * (1 - BOUND_TOL), rel=1e-9) for gap in BRANCH_GAPS)
+    # the first target from the plan is proven for every range (one from the upper, 2 x 0.98 x
+    # the plan, never could be); how far up the ladder the 16 s reach depends on the machine's
+    # speed (a CI run stopped between the 1.5% and the 1% target, its bound then no target)
+    assert branched.ranges and planned * (1 - BRANCH_GAPS[0]) * (1 - BOUND_TOL) <= branched.bound_s < planned
 
 
 def test_on_a_linear_engine_the_branching_climbs_its_ladder_of_targets_to_the_plan():

@@ -42,10 +42,12 @@ from __future__ import annotations
 
 import ast
 import statistics
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from pipeplan.core.io import read_csv, write_atomic, write_json
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import parse_number, read_csv, write_atomic, write_json
 from pipeplan.formulations.mapping.profile import profile_from_dict
 from pipeplan.profiles.khadas_costmodel import fitted_documents, read_runs
 
@@ -76,13 +78,31 @@ def _level_key(name: str) -> tuple:
     return tuple(int(x) for x in name.split(".")) if name != "max" else (10**9,)
 
 
-def _csv_dicts(path: Path) -> list[dict]:
-    """Rows of a measurement CSV as dicts keyed by its header (read with pipeplan.core.io's checks)."""
+class _Row(dict):
+    """A CSV row keyed by its header, knowing its file and line, so that a missing or bad cell
+    is a one-line error naming both (the source folder may come from anyone)."""
+
+    def __init__(self, cells: dict, source: str, line: int):
+        super().__init__(cells)
+        self.where = (source, f"line {line}")
+
+    def __missing__(self, column: str):
+        raise InputError(self.where[0], f"{self.where[1]}: {column}", "missing cell (or column)")
+
+    def number(self, column: str) -> float:
+        return parse_number(self[column], self.where[0], f"{self.where[1]}: {column}")
+
+    def whole(self, column: str) -> int:
+        return parse_number(self[column], self.where[0], f"{self.where[1]}: {column}", integer=True)
+
+
+def _csv_dicts(path: Path) -> list[_Row]:
+    """Rows of a measurement CSV keyed by its header (read with pipeplan.core.io's checks)."""
     rows = read_csv(path, what="measurement CSV")
     if not rows:
         return []
     header = rows[0][1]
-    return [dict(zip(header, cells)) for _, cells in rows[1:]]
+    return [_Row(dict(zip(header, cells)), str(path), line) for line, cells in rows[1:]]
 
 
 def _read_rows(path: Path):
@@ -91,7 +111,7 @@ def _read_rows(path: Path):
 
 def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: dict,
                    transfer_power: float, campaign: str) -> dict:
-    blocks = sorted({int(r["Layer"]) for r in rows if r["Metric"] == "task"})
+    blocks = sorted({r.whole("Layer") for r in rows if r["Metric"] == "task"})
     units = [f"b{i}" for i in blocks]
     col = {b: i for i, b in enumerate(blocks)}
     comps = [c for c in PU_ORDER if any(r["Component"] == c for r in rows)]
@@ -103,11 +123,14 @@ def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: d
         comp = r["Component"]
         if comp == "N" and r["Freq"] != r["Freq_Host"]:
             continue
+        for column in ("Freq", "Freq_Host") if comp == "G" else ("Freq",):
+            if r[column] != "max":
+                r.whole(column)                 # a level is a whole number (or max)
         lv = _level_name(comp, r["Freq"], r["Freq_Host"])
         levels[comp].add(lv)
-        layer, metric = int(r["Layer"]), r["Metric"]
-        t = float(r["Time"])
-        p = float(r["Power"]) if r["Power"] else None
+        layer, metric = r.whole("Layer"), r["Metric"]
+        t = r.number("Time")
+        p = r.number("Power") if r["Power"] else None
         if metric == "task":
             task[(comp, lv, layer)] = (t, p)
         elif metric == "in" and layer == blocks[0]:
@@ -173,9 +196,16 @@ def _instance(name: str, n_blocks: int) -> dict:
     }
 
 
-def _freq_spec(raw: str, order: str) -> str | None:
+def _freq_spec(r: _Row) -> str | None:
     """The measured ``freq`` column in pipeplan's --freq form: max, min, or one level per block."""
-    parsed = ast.literal_eval(raw)
+    try:
+        return _parsed_freq(ast.literal_eval(r["freq"]), r["order"])
+    except (ValueError, TypeError, SyntaxError, IndexError, MemoryError, RecursionError):
+        raise InputError(r.where[0], f"{r.where[1]}: freq",
+                         f"not a measured frequency setting: {r['freq']!r}") from None
+
+
+def _parsed_freq(parsed, order: str) -> str | None:
     flat = parsed[0] if isinstance(parsed[0], tuple) and isinstance(parsed[0][0], str) else parsed
     if isinstance(flat[0], str):
         return flat[0].strip("{}")
@@ -196,16 +226,16 @@ def _evaluations(src: Path) -> list[dict]:
             continue
         pipelined_file = path.name.startswith("pipelined")
         for r in _csv_dicts(path):
-            freq = _freq_spec(r["freq"], r["order"])
+            freq = _freq_spec(r)
             if freq is None:
                 continue
-            latency, period = float(r["total_time"]), float(r["pipelinetime"])
+            latency, period = r.number("total_time"), r.number("pipelinetime")
             multi_stage = any(a != b for a, b in zip(r["order"], r["order"][1:]))
             mode = "pipelined" if (pipelined_file or period < latency * 0.999) and multi_stage else "serial"
             graph = "Google-parapipe" if pipelined_file and r["graph"] == "Google" else r["graph"]
             out.append({"instance": f"khadas-vim3/{graph}", "mapping": r["order"], "mode": mode,
                         "freq": freq, "measured_period_ms": period, "measured_latency_ms": latency,
-                        "measured_energy_mj": float(r["total_e"]), "measured_power_mw": float(r["task_power"]),
+                        "measured_energy_mj": r.number("total_e"), "measured_power_mw": r.number("task_power"),
                         "source_file": path.name})
     return out
 
@@ -214,10 +244,10 @@ def _switching_runs(src: Path) -> list[dict]:
     """The layer-switching runs: serial, one-frame time only (their energy was not recorded)."""
     out = []
     for r in _csv_dicts(src / "evaluations" / SWITCHING_RUNS):
-        freq = _freq_spec(r["freq"], r["order"])
+        freq = _freq_spec(r)
         if freq is not None:
             out.append({"instance": f"khadas-vim3/{r['graph']}", "mapping": r["order"], "mode": "serial",
-                        "freq": freq, "measured_latency_ms": float(r["total_time"]), "source_file": SWITCHING_RUNS})
+                        "freq": freq, "measured_latency_ms": r.number("total_time"), "source_file": SWITCHING_RUNS})
     return out
 
 
@@ -228,13 +258,26 @@ def _csv_text(rows: list[dict], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _receiver_level(r: _Row) -> str:
+    """The last level of a RecFreq cell such as ``[7]`` or ``[4, 7]``: the receiver's, or the
+    GPU's host CPU's."""
+    try:
+        levels = ast.literal_eval(r["RecFreq"])
+        return str(int(levels[-1]))
+    except (ValueError, TypeError, SyntaxError, IndexError, KeyError, MemoryError, RecursionError):
+        raise InputError(r.where[0], f"{r.where[1]}: RecFreq",
+                         f"expected a list of levels, got {r['RecFreq']!r}") from None
+
+
 def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
     """transfer_freq.csv as "SRC->DST" -> copying CPU's level -> [time, power] against its top."""
     by_pair: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
     for r in _csv_dicts(src / "transfer_freq.csv"):
         order = r["order"]
-        level = str(ast.literal_eval(r["RecFreq"])[-1])     # the receiver's, or the GPU's host
-        by_pair[f"{order[0]}->{order[1]}"][level] = (float(r["time_ratio"]), float(r["power_ratio"]))
+        level = _receiver_level(r)
+        if len(order) < 2:
+            raise InputError(r.where[0], f"{r.where[1]}: order", f"expected two PUs, got {order!r}")
+        by_pair[f"{order[0]}->{order[1]}"][level] = (r.number("time_ratio"), r.number("power_ratio"))
     out = {}
     for pair, levels in sorted(by_pair.items()):
         top = levels[max(levels, key=int)]
@@ -244,30 +287,48 @@ def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
 
 
 def import_khadas(src: Path, repo: Path) -> list[Path]:
-    """Read the raw measurements under ``src`` and write the derived files into ``repo``."""
+    """Read the raw measurements under ``src`` and write the derived files into ``repo``. Every
+    file is derived in a temporary folder first (the fit reads the derived run tables back), so
+    a bad measurement file leaves ``repo`` as it was; only then is each copied in atomically."""
+    with tempfile.TemporaryDirectory(prefix="pipeplan-khadas-") as scratch:
+        staged = Path(scratch)
+        return [write_atomic(repo / path.relative_to(staged), path.read_bytes()) for path in _derive(src, staged)]
+
+
+def _derive(src: Path, repo: Path) -> list[Path]:
     transfers_raw: dict[tuple, list[float]] = defaultdict(list)
-    for r in _csv_dicts(src / "transfers.csv"):
-        transfers_raw[(r["Graph"], int(r["Layer"]), r["Src"], r["Dest"])].append(float(r["Time"]))
+    transfer_rows = _csv_dicts(src / "transfers.csv")
+    if not transfer_rows:
+        raise InputError(str(src / "transfers.csv"), "", "no measured transfers")
+    for r in transfer_rows:
+        transfers_raw[(r["Graph"], r.whole("Layer"), r["Src"], r["Dest"])].append(r.number("Time"))
     by_graph: dict[str, dict] = defaultdict(dict)
     pair_values: dict[str, list[float]] = defaultdict(list)
     for (g, layer, s, d), vals in transfers_raw.items():
         by_graph[g][(layer, s, d)] = statistics.median(vals)
         pair_values[f"{s}->{d}"].append(statistics.median(vals))
     pair_medians = {k: round(statistics.median(v), 6) for k, v in sorted(pair_values.items())}
-    transfer_power = statistics.median(float(r["transfer_power"]) for r in _csv_dicts(src / "transfer_freq.csv"))
+    powers = [r.number("transfer_power") for r in _csv_dicts(src / "transfer_freq.csv")]
+    if not powers:
+        raise InputError(str(src / "transfer_freq.csv"), "transfer_power", "no rows")
+    transfer_power = statistics.median(powers)
 
     written: list[Path] = []
     groups: list[tuple[str, list[dict], dict, str]] = []
-    dvfs = defaultdict(list)
-    for r in _read_rows(src / "layers_dvfs.csv"):
-        dvfs[r["Graph"]].append(r)
+    tables = {}
+    for file, graphs in (("layers_dvfs.csv", DVFS_GRAPHS), ("inception_blocks.csv", tuple(PARAPIPE_GRAPHS))):
+        rows = tables[file] = defaultdict(list)
+        for r in _read_rows(src / file):
+            rows[r["Graph"]].append(r)
+        for g in graphs:
+            if not rows[g]:
+                raise InputError(str(src / file), "Graph", f"no rows of {g}")
     for g in DVFS_GRAPHS:
-        groups.append((g, dvfs[g], by_graph.get(g, {}), "CO-UP layers_dvfs.csv (every DVFS level)"))
-    incep = defaultdict(list)
-    for r in _read_rows(src / "inception_blocks.csv"):
-        incep[r["Graph"]].append(r)
+        groups.append((g, tables["layers_dvfs.csv"][g], by_graph.get(g, {}),
+                       "CO-UP layers_dvfs.csv (every DVFS level)"))
     for g, name in PARAPIPE_GRAPHS.items():
-        groups.append((name, incep[g], by_graph.get(g, {}), "Para-Pipe inception_blocks.csv (top DVFS level)"))
+        groups.append((name, tables["inception_blocks.csv"][g], by_graph.get(g, {}),
+                       "Para-Pipe inception_blocks.csv (top DVFS level)"))
     docs = {name: _build_profile(name, rows, transfers, pair_medians, transfer_power, campaign)
             for name, rows, transfers, campaign in groups}
     scaling = _level_scaling(src)

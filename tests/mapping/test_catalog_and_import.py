@@ -58,3 +58,57 @@ def test_importer_reproduces_the_committed_files(tmp_path):
     for path in written:
         rel = path.relative_to(tmp_path)
         assert filecmp.cmp(path, ROOT / rel, shallow=False), f"{rel} differs from the committed copy"
+
+
+def _damage(folder: Path, file: str, line: int, column: str, value: str) -> None:
+    """Set one cell of a measurement CSV (line 1 is the header)."""
+    import csv
+    path = folder / file
+    rows = list(csv.reader(path.read_text().splitlines()))
+    rows[line - 1][rows[0].index(column)] = value
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+# the measurement folder may come from anyone: each damage is one line naming the file and field
+DAMAGES = [
+    ("layers_dvfs.csv", 2, "Layer", "nan", "line 2: Layer"),
+    ("layers_dvfs.csv", 3, "Time", "1e999", "line 3: Time"),
+    ("layers_dvfs.csv", 2, "Freq", "fast", "line 2: Freq"),
+    ("inception_blocks.csv", 2, "Power", "watts", "line 2: Power"),
+    ("transfers.csv", 2, "Layer", "-", "line 2: Layer"),
+    ("transfer_freq.csv", 2, "RecFreq", "((((", "line 2: RecFreq"),
+    ("transfer_freq.csv", 3, "transfer_power", "", "line 3: transfer_power"),
+    ("evaluations/serial_Alex.csv", 2, "freq", "[1, 2", "line 2: freq"),
+    ("evaluations/serial_Alex.csv", 2, "total_time", "inf", "line 2: total_time"),
+]
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/khadas-vim3 not beside the checkout")
+@pytest.mark.parametrize("file,line,column,value,field", DAMAGES, ids=[f"{d[0]}:{d[2]}" for d in DAMAGES])
+def test_a_damaged_measurement_is_one_line_and_writes_nothing(tmp_path, file, line, column, value, field):
+    import shutil
+
+    from tests.cli_helpers import assert_input_error, run_cli
+    src = tmp_path / "src"
+    shutil.copytree(SHARED, src)
+    _damage(src, file, line, column, value)
+    proc = run_cli("import-khadas", "--src", src, "--repo", tmp_path / "repo")
+    assert_input_error(proc, Path(file).name, field)
+    assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/khadas-vim3 not beside the checkout")
+@pytest.mark.parametrize("file,needle", [("transfers.csv", "no measured transfers"),
+                                         ("layers_dvfs.csv", "Graph: no rows of Alex")])
+def test_an_emptied_measurement_file_is_refused(tmp_path, file, needle):
+    import shutil
+
+    from tests.cli_helpers import assert_input_error, run_cli
+    src = tmp_path / "src"
+    shutil.copytree(SHARED, src)
+    header = (src / file).read_text().splitlines()[0]
+    (src / file).write_text(header + "\n" if file != "transfers.csv" else "")
+    proc = run_cli("import-khadas", "--src", src, "--repo", tmp_path / "repo")
+    assert_input_error(proc, file, needle)
+    assert not (tmp_path / "repo").exists()

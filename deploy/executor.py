@@ -30,7 +30,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     caller loaded it already (to check all networks' frames together)."""
     check_frames(frames)
     m = manifest or load_manifest(folder)
-    check_memory("--frames", frames, kept_bytes_per_frame(m))
+    check_memory("--frames", frames, kept_bytes_per_frame(m.outputs))
     host_cpus = os.cpu_count() or 1
     for pu, rt in m.pus.items():
         if rt["intra_op_threads"] > OVERSUBSCRIPTION * host_cpus:
@@ -114,10 +114,10 @@ def check_frames(frames: int) -> None:
         raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
 
 
-def kept_bytes_per_frame(m: Manifest) -> int:
-    """Memory a run holds per frame until its end: every frame's outputs are kept for the
-    reference check, twice (ours and the reference's)."""
-    return 2 * sum(math.prod(t.concrete_shape()) * t.dtype.itemsize for t in m.outputs)
+def kept_bytes_per_frame(outputs: Iterable[TensorSpec]) -> int:
+    """Memory a run holds per frame until its end: every frame's network ``outputs`` are kept
+    for the reference check, twice (ours and the reference's)."""
+    return 2 * sum(math.prod(t.concrete_shape()) * t.dtype.itemsize for t in outputs)
 
 
 def frame_inputs(specs: tuple[TensorSpec, ...], seed: int, frame: int) -> dict[str, np.ndarray]:

@@ -270,7 +270,7 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
     nets = joint.networks
     check_network_count(joint)
     manifests = {n.name: load_manifest(n.folder) for n in nets}
-    check_memory("--frames", frames, sum(kept_bytes_per_frame(m) for m in manifests.values()))
+    check_memory("--frames", frames, sum(kept_bytes_per_frame(m.outputs) for m in manifests.values()))
     together = threading.Barrier(len(nets))
     left: dict[str, list[float]] = {n.name: [] for n in nets}   # when each frame left the pipeline
     lock = threading.Lock()

@@ -84,16 +84,22 @@ class _Row(dict):
 
     def __init__(self, cells: dict, source: str, line: int):
         super().__init__(cells)
-        self.where = (source, f"line {line}")
+        self.source, self.line = source, line
+
+    def field(self, column: str) -> str:
+        return f"line {self.line}: {column}"
+
+    def error(self, column: str, message: str) -> InputError:
+        return InputError(self.source, self.field(column), message)
 
     def __missing__(self, column: str):
-        raise InputError(self.where[0], f"{self.where[1]}: {column}", "missing cell (or column)")
+        raise self.error(column, "missing cell (or column)")
 
     def number(self, column: str) -> float:
-        return parse_number(self[column], self.where[0], f"{self.where[1]}: {column}")
+        return parse_number(self[column], self.source, self.field(column))
 
     def whole(self, column: str) -> int:
-        return parse_number(self[column], self.where[0], f"{self.where[1]}: {column}", integer=True)
+        return parse_number(self[column], self.source, self.field(column), integer=True)
 
 
 def _csv_dicts(path: Path) -> list[_Row]:
@@ -201,8 +207,7 @@ def _freq_spec(r: _Row) -> str | None:
     try:
         return _parsed_freq(ast.literal_eval(r["freq"]), r["order"])
     except (ValueError, TypeError, SyntaxError, IndexError, MemoryError, RecursionError):
-        raise InputError(r.where[0], f"{r.where[1]}: freq",
-                         f"not a measured frequency setting: {r['freq']!r}") from None
+        raise r.error("freq", f"not a measured frequency setting: {r['freq']!r}") from None
 
 
 def _parsed_freq(parsed, order: str) -> str | None:
@@ -265,8 +270,7 @@ def _receiver_level(r: _Row) -> str:
         levels = ast.literal_eval(r["RecFreq"])
         return str(int(levels[-1]))
     except (ValueError, TypeError, SyntaxError, IndexError, KeyError, MemoryError, RecursionError):
-        raise InputError(r.where[0], f"{r.where[1]}: RecFreq",
-                         f"expected a list of levels, got {r['RecFreq']!r}") from None
+        raise r.error("RecFreq", f"expected a list of levels, got {r['RecFreq']!r}") from None
 
 
 def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
@@ -276,7 +280,7 @@ def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
         order = r["order"]
         level = _receiver_level(r)
         if len(order) < 2:
-            raise InputError(r.where[0], f"{r.where[1]}: order", f"expected two PUs, got {order!r}")
+            raise r.error("order", f"expected two PUs, got {order!r}")
         by_pair[f"{order[0]}->{order[1]}"][level] = (r.number("time_ratio"), r.number("power_ratio"))
     out = {}
     for pair, levels in sorted(by_pair.items()):

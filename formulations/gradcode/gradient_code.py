@@ -24,13 +24,13 @@ every step.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import finite_number
 
 SCHEMA = "pipeplan.gradcode-code/1"
 DECODERS = ("groups", "lstsq", "linear")
@@ -103,14 +103,6 @@ class GradientCode:
         return d
 
 
-def _finite(v) -> bool:
-    """A JSON number (not a bool) that fits a float and is finite."""
-    try:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    except OverflowError:                  # an integer beyond float range
-        return False
-
-
 def _matrix(d: dict, key: str, source: str, dtype) -> np.ndarray:
     rows = d.get(key)
     if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
@@ -120,7 +112,7 @@ def _matrix(d: dict, key: str, source: str, dtype) -> np.ndarray:
         if len(r) != width or width == 0:
             raise InputError(source, f"{key}[{i}]", f"{len(r)} entries, expected {width} (one per partition)")
         for j, v in enumerate(r):
-            if not _finite(v):
+            if not finite_number(v):
                 raise InputError(source, f"{key}[{i}][{j}]", f"not a finite number: {v!r}")
     return np.array(rows, dtype=dtype)
 

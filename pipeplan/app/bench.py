@@ -47,7 +47,7 @@ from pipeplan.app.stored_optima import COLUMNS as OPTIMA_COLUMNS
 from pipeplan.app.stored_optima import SNAPSHOT, read_optima
 from pipeplan.core.api import MAX_SEED
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_output, load_toml, read_input, write_atomic, write_json
+from pipeplan.core.io import check_output, finite_number, load_toml, read_input, write_atomic, write_json
 from pipeplan.core.tables import csv_text
 from pipeplan.core.vocabulary import SYSTEMS
 from pipeplan.instances.paths import INSTANCES_DIR
@@ -427,15 +427,6 @@ def scan_records(path: Path) -> tuple[list[dict], Damage | None]:
     return out, None
 
 
-def _finite(value) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)     # an int past a float's range overflows here
-    except OverflowError:
-        return False
-
-
 def check_record(record: dict, source: str, where: str) -> None:
     """Refuse a run record whose fields do not hold what the bench writes (see ``RECORD_NAMES``
     and the rest); ``where`` is ``line N``."""
@@ -448,7 +439,7 @@ def check_record(record: dict, source: str, where: str) -> None:
         if not isinstance(value, dict):
             raise fail(field, "an object of numbers", value)
         for k, v in value.items():
-            if v is not None and not _finite(v):
+            if v is not None and not finite_number(v):
                 raise fail(f"{field}.{k}", "a finite number", v)
 
     for k in RECORD_NAMES:
@@ -460,7 +451,7 @@ def check_record(record: dict, source: str, where: str) -> None:
         raise fail("seed", "an integer", seed)
     for k in RECORD_NUMBERS:
         v = record.get(k)
-        if v is not None and not (_finite(v) and (k == "gap" or v >= 0) and (k != "time_limit" or v > 0)):
+        if v is not None and not (finite_number(v) and (k == "gap" or v >= 0) and (k != "time_limit" or v > 0)):
             raise fail(k, "a finite number" if k == "gap" else "a finite positive number of seconds", v)
     for k in RECORD_TEXTS:
         if record.get(k) is not None and not isinstance(record[k], str):

@@ -193,6 +193,14 @@ def _csv_fault(text: str, line: int, good_rows: int) -> str:
     return f"line {line}"
 
 
+def finite_number(value: Any) -> bool:
+    """A JSON number (not a bool) that fits a float and is finite."""
+    try:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:                  # an integer beyond float range
+        return False
+
+
 def parse_number(value: Any, source: str, field: str, *, integer: bool = False) -> float | int:
     """A finite number from a CSV cell or JSON value; NaN, infinities, overflowing and
     non-numeric text are one-line errors naming ``field`` (for CSV: ``line N: column``)."""

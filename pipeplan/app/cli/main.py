@@ -181,7 +181,7 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
         raise InputError("--bound", "", f"solver {solver} is a heuristic and takes no bounds (use cpsat or milp)")
     problem = load_mapping(instance)
     if pus:
-        problem = restrict_pus(problem, tuple(p.strip() for p in pus.split(",") if p.strip()))
+        problem = restrict_pus(problem, tuple(_name_list("--pus", pus)))
     if bounds:
         extra["bounds"] = bounds
     if shared_pus:
@@ -426,11 +426,7 @@ def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of 
     from pipeplan.formulations.mapping.onnx_graph import model_path
     from pipeplan.profiles.ort_profiler import profile_host
 
-    names = tuple(p.strip() for p in pus.split(",") if p.strip())
-    if not names:
-        raise InputError("--pus", "", "no PU names")
-    if len(set(names)) < len(names):
-        raise InputError("--pus", "", f"a PU is listed twice: {pus!r}")
+    names = tuple(_name_list("--pus", pus))
     path = model_path(model)
     if out:   # refuse a bad output before minutes of profiling, and before any progress line
         read_input(path, what="ONNX model")

@@ -11,7 +11,6 @@ the export folder <solver>/ and <solver>.run.json. The table goes to ``out/deplo
 """
 from __future__ import annotations
 
-import math
 import platform as host_platform
 import statistics
 from collections.abc import Callable
@@ -28,8 +27,9 @@ from pipeplan.core.io import check_output, write_atomic, write_json
 from pipeplan.core.registry import get_solver
 from pipeplan.core.sizes import check_memory
 from pipeplan.core.tables import cell, csv_text, markdown_table
-from pipeplan.deploy.executor import run_export
+from pipeplan.deploy.executor import check_frames, kept_bytes_per_frame, run_export
 from pipeplan.deploy.export import export_plan
+from pipeplan.deploy.manifest import TensorSpec
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, graph_from_model, model_path, read_model
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
@@ -90,12 +90,11 @@ def check_models(models: list[str], *, frames: int, runs: int, warmup: int) -> N
         onnx_model = read_model(model_path(model))
         check_memory("--runs", runs + warmup,
                      TRACE_BYTES_PER_NODE_RUN * len(graph_from_model(onnx_model, model).nodes))
-        frame = 0
-        for out in onnx_model.graph.output:
-            tt = out.type.tensor_type
-            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
-            frame += math.prod(dims) * helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
-        check_memory("--frames", frames, 2 * frame)     # as run_export: ours and the reference's outputs
+        outputs = [TensorSpec(out.name, tuple(d.dim_value if d.HasField("dim_value") else None
+                                              for d in out.type.tensor_type.shape.dim),
+                              helper.tensor_dtype_to_np_dtype(out.type.tensor_type.elem_type))
+                   for out in onnx_model.graph.output]
+        check_memory("--frames", frames, kept_bytes_per_frame(outputs))     # as run_export
 
 
 def host_instance(model: str, folder: Path, *, runs: int, warmup: int) -> MappingProblem:
@@ -114,8 +113,7 @@ def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFA
                 runs: int = 10, warmup: int = 3, cpsat_time_limit: float = 30.0, seed: int = 0,
                 command: str = "", progress: Callable[[int, int, str], None] | None = None) -> str:
     """Run the loop for each model; returns the markdown report (also written to ``out``)."""
-    if frames < 2:
-        raise InputError("--frames", "", f"need at least 2 frames to measure a period, got {frames}")
+    check_frames(frames)
     if runs < 1 or warmup < 0:
         raise InputError("--runs", "", f"need at least 1 profiling run, got {runs}")
     # what the solves, the export's weights and the runs would refuse, refused before any profile

@@ -7,7 +7,10 @@ any output file.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -636,7 +639,30 @@ def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--model
     typer.echo(md + f"\nwritten: {out}/deploy.md, deploy.csv")
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised in the command's main thread (exit status 143 = 128 + 15)."""
+
+
+def _terminate_here(owner: int):
+    """A SIGTERM handler that makes the signal an exception in process ``owner``, so that what a
+    command has staged is cleaned up as for any failure (``core.io.staged_folder`` and
+    ``write_atomic`` remove their temporary files on the way out, a bench kills the runs it
+    started). By default SIGTERM ends Python at once and left the ``.pp-stage-*`` folder beside
+    ``--out``. A process forked from the command (``core.deadline.run_within``, a bench run,
+    a study's worker pool) inherits the handler but not the ownership: it dies as by default, so
+    it never runs its parent's cleanup on a copy of the parent's stack."""
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated(128 + signum)
+    return handler
+
+
 def main(argv: list[str] | None = None) -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate_here(os.getpid()))
     try:
         status = app(args=argv, standalone_mode=False)
         if isinstance(status, int) and status:  # typer.Exit(n) comes back as a return value here
@@ -652,6 +678,9 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(130)
+    except Terminated as exc:
+        typer.echo("error: terminated by SIGTERM (its temporary files are removed)", err=True)
+        sys.exit(exc.code)
     except Exception as exc:
         # usage errors of typer's bundled click (bad option values, missing arguments)
         if type(exc).__module__.endswith("click.exceptions") and hasattr(exc, "format_message"):

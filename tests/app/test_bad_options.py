@@ -66,6 +66,28 @@ def test_bad_option_is_one_line_exit_2(args, option, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+# a comma list naming a value twice would run it twice (or hide one result behind another)
+LISTED_TWICE = [
+    (["rollout", "compare", "rollout/tiny-1", "--policies", "cgp,fifo,cgp"], "--policies: cgp: listed twice"),
+    (["rollout", "optimum-gaps", "--workloads", "lsat-ar,lsat-ar", "--rs", "2", "--rhos", "none"],
+     "--workloads: lsat-ar: listed twice"),
+    (["rollout", "optimum-gaps", "--workloads", "lsat-ar", "--rs", "2,4,2", "--rhos", "none"], "--rs: 2: listed twice"),
+    (["rollout", "optimum-gaps", "--workloads", "lsat-ar", "--rs", "2", "--rhos", "0.5,0.50"],
+     "--rhos: 0.5: listed twice"),
+    (["rollout", "sweep", "--engines", "real,real"], "--engines: real: listed twice"),
+    (["rollout", "async", "--workloads", "lsat-ar", "--staleness", "1,1"], "--staleness: 1: listed twice"),
+    (["gradcode", "study", "--models", "mlp,mlp"], "--models: mlp: listed twice"),
+    (["limits", "--systems", "rollout,rollout"], "--systems: rollout: listed twice"),
+    (["limits", "--limits", "1,1.0"], "--limits: 1.0: listed twice"),
+]
+
+
+@pytest.mark.parametrize("args,needle", LISTED_TWICE, ids=[n for _, n in LISTED_TWICE])
+def test_a_comma_list_naming_a_value_twice_is_refused(args, needle, tmp_path):
+    assert_input_error(run_cli(*args, "--out", tmp_path / "out"), needle)
+    assert not (tmp_path / "out").exists()
+
+
 DEPLOY_LOOP = [
     (["--frames", "1000000000000"], "--frames"),
     (["--runs", "1000000000000"], "--runs"),

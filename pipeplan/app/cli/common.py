@@ -10,6 +10,28 @@ from collections.abc import Callable
 import typer
 from typer.core import TyperGroup
 
+from pipeplan.core.errors import InputError
+
+# --- comma lists --------------------------------------------------------------------------------
+
+
+def name_list(option: str, text: str) -> list[str]:
+    """The names of a comma list, refused when one is listed twice (it would run twice, or its
+    second result replace the first unseen) or the list names nothing."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise InputError(option, "", f"no names in {text!r}")
+    refuse_twice(option, names)
+    return names
+
+
+def refuse_twice(option: str, values: list) -> None:
+    """A value listed twice in ``option`` (after parsing: 0.5 and 0.50 are one rho)."""
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise InputError(option, str(twice), "listed twice")
+
+
 # --- help -------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from pipeplan.app.cli.common import command_text, listed
+from pipeplan.app.cli.common import command_text, listed, name_list
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
@@ -382,7 +382,7 @@ def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out", help="
     """Write results/gradcode/: time to target loss, loss-vs-time plots, solver vs FR/CR, timings."""
     from pipeplan.app.studies.gradcode import run_study
     from pipeplan.deploy.gradcode.models import MODELS
-    chosen = [m.strip() for m in models.split(",") if m.strip()]
+    chosen = name_list("--models", models)
     for m in chosen:
         if m not in MODELS:
             raise InputError("--models", "", f"unknown model {m!r} ({', '.join(MODELS)})")

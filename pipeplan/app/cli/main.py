@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from pipeplan.app.cli.common import Group, command_text, listed
+from pipeplan.app.cli.common import Group, command_text, listed, name_list, refuse_twice
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.app.cli.gradcode import app as gradcode_app
 from pipeplan.app.cli.instance import instance_cmd
@@ -184,7 +184,7 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
         raise InputError("--bound", "", f"solver {solver} is a heuristic and takes no bounds (use cpsat or milp)")
     problem = load_mapping(instance)
     if pus:
-        problem = restrict_pus(problem, tuple(_name_list("--pus", pus)))
+        problem = restrict_pus(problem, tuple(name_list("--pus", pus)))
     if bounds:
         extra["bounds"] = bounds
     if shared_pus:
@@ -210,22 +210,10 @@ def solve_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
         raise typer.Exit(1)
 
 
-def _name_list(option: str, text: str) -> list[str]:
-    """The names of a comma list, refused when one is listed twice (it would run twice, or its
-    second result replace the first unseen) or the list names nothing."""
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    if not names:
-        raise InputError(option, "", f"no names in {text!r}")
-    twice = next((n for n in names if names.count(n) > 1), None)
-    if twice:
-        raise InputError(option, twice, "listed twice")
-    return names
-
-
 def _solver_list(text: str, objective: str = "period") -> list[str]:
     """The mapping solvers of a comma list, each able to minimise ``objective``."""
     from pipeplan.core.registry import get_solver
-    names = _name_list("--solvers", text)
+    names = name_list("--solvers", text)
     for n in names:
         choices = get_solver("mapping", n).params["objective"].choices
         if choices and objective not in choices:
@@ -315,7 +303,7 @@ def study_cmd(out: Path = typer.Option(Path("results/mapping"), "--out", help="f
 
     check_limits(time_limit, threads, seed=seed)
     names = _solver_list(solvers)
-    chosen = _name_list("--instances", instances) if instances is not None else STUDY_INSTANCES
+    chosen = name_list("--instances", instances) if instances is not None else STUDY_INSTANCES
     for inst in chosen:
         load_mapping(inst)
     command = command_text("pipeplan study")
@@ -340,7 +328,7 @@ def energy_efficiency_cmd(out: Path = typer.Option(Path("results/mapping"), "--o
     from pipeplan.instances.catalog import load_mapping
 
     check_limits(time_limit, threads, seed=seed)
-    chosen = _name_list("--instances", instances) if instances is not None else INSTANCES
+    chosen = name_list("--instances", instances) if instances is not None else INSTANCES
     for inst in chosen:
         load_mapping(inst)
     for file in ("energy_efficiency.md", "energy_efficiency.csv", "energy_efficiency_plans.csv"):
@@ -429,7 +417,7 @@ def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of 
     from pipeplan.formulations.mapping.onnx_graph import model_path
     from pipeplan.profiles.ort_profiler import profile_host
 
-    names = tuple(_name_list("--pus", pus))
+    names = tuple(name_list("--pus", pus))
     path = model_path(model)
     if out:   # refuse a bad output before minutes of profiling, and before any progress line
         read_input(path, what="ONNX model")
@@ -506,14 +494,15 @@ def limits_cmd(out: Path = typer.Option(Path("results/limits.md"), "--out", help
     from pipeplan.app.limits import SIZES, measure, plan, report
     from pipeplan.core.io import check_output, write_atomic
 
-    chosen = [x.strip() for x in systems.split(",") if x.strip()]
+    chosen = name_list("--systems", systems)
     unknown = [x for x in chosen if x not in SIZES]
-    if not chosen or unknown:
-        raise InputError("--systems", "", f"unknown system {unknown[0] if unknown else ''!r} ({', '.join(SIZES)})")
+    if unknown:
+        raise InputError("--systems", "", f"unknown system {unknown[0]!r} ({', '.join(SIZES)})")
     try:
         seconds = tuple(float(x) for x in limits.split(",") if x.strip())
     except ValueError:
         raise InputError("--limits", "", f"not a comma list of seconds: {limits!r}") from None
+    refuse_twice("--limits", list(seconds))
     for limit in seconds or (None,):
         check_limits(limit if limit is not None else -1.0)
     check_output(out)
@@ -631,7 +620,7 @@ def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--model
                     seed: int = typer.Option(0, "--seed", help="seed of the solvers, random weights and input frames")):
     """Profile the host, solve, export, run: predicted vs measured period and latency (CSV + markdown)."""
     from pipeplan.app.studies.deploy_loop import deploy_loop
-    names = _name_list("--models", models)
+    names = name_list("--models", models)
     command = command_text("pipeplan deploy-loop")
     with _progress("deploy-loop") as progress:
         md = deploy_loop(names, out, solvers=tuple(_solver_list(solvers)), frames=frames, runs=runs,

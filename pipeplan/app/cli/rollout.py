@@ -20,7 +20,7 @@ from typing import Optional
 
 import typer
 
-from pipeplan.app.cli.common import command_text, listed
+from pipeplan.app.cli.common import command_text, listed, name_list, refuse_twice
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
@@ -102,9 +102,7 @@ def _names(text: str) -> list[str]:
     from pipeplan.solvers.rollout import OFFLINE
     if text == ALL:
         return [s.name for s in solvers("rollout") if s.name not in OFFLINE]
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise InputError("--policies", "", "no names")
+    names = name_list("--policies", text)
     for n in names:
         get_solver("rollout", n)
     return names
@@ -218,7 +216,8 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
     from pipeplan.core.io import write_atomic
     from pipeplan.core.tables import csv_text
 
-    names = _names(policies) + (["cpsat"] if offline else [])
+    names = _names(policies)
+    names += ["cpsat"] if offline and "cpsat" not in names else []
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
                        engine, tail, rounds)
     if offline and problem.rounds > 1:
@@ -279,6 +278,7 @@ def _floats(text: str, name: str) -> list[float]:
         raise InputError(name, "", f"expected comma-separated numbers, got {text!r}") from None
     if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
         raise InputError(name, "", f"expected positive finite numbers, got {text!r}")
+    refuse_twice(name, values)
     return values
 
 
@@ -289,19 +289,18 @@ def _whole_numbers(text: str, name: str, least: int) -> list[int]:
         raise InputError(name, "", f"expected comma-separated whole numbers, got {text!r}") from None
     if not values or any(v < least for v in values):
         raise InputError(name, "", f"expected whole numbers >= {least}, got {text!r}")
+    refuse_twice(name, values)
     return values
 
 
 def _workload_names(text: str) -> list[str]:
     """A ``--workloads`` comma list: at least one name (each checked by the caller)."""
-    names = [w.strip() for w in text.split(",") if w.strip()]
-    if not names:
-        raise InputError("--workloads", "", f"expected a comma list of workload presets, got {text!r}")
-    return names
+    return name_list("--workloads", text)
 
 
 def _engines(text: str) -> list[str]:
     kinds = [e.strip() for e in text.split(",") if e.strip()]
+    refuse_twice("--engines", kinds)
     if not kinds or any(e not in ("real", "linear") for e in kinds):
         raise InputError("--engines", "", f"expected real and/or linear, got {text!r}")
     return kinds

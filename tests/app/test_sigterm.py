@@ -19,7 +19,7 @@ WAIT_S = 120   # how long a command may take to reach the point where it is stop
 
 def _start(*args, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -33,7 +33,11 @@ def _wait_for(predicate, proc: subprocess.Popen) -> None:
 
 def _terminate(proc: subprocess.Popen) -> tuple[int, str]:
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=WAIT_S)
+    try:
+        _, err = proc.communicate(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)       # what it started too (its own session)
+        raise
     return proc.returncode, err
 
 
@@ -82,8 +86,10 @@ def test_a_forked_process_dies_by_sigterm_without_its_parents_cleanup(tmp_path):
     assert not marker.exists()
 
 
-def test_in_the_owning_process_sigterm_is_an_exception_that_cleans_up(tmp_path):
+def test_in_the_owning_process_sigterm_is_an_exception_that_cleans_up(tmp_path, monkeypatch):
     from pipeplan.app.cli.main import Terminated, _terminate_here
+    from pipeplan.core import deadline
+    monkeypatch.setattr(deadline, "_stopping", False)     # the handler stops run_within: undone after the test
     previous = signal.signal(signal.SIGTERM, _terminate_here(os.getpid()))
     cleaned = False
     try:
@@ -99,3 +105,42 @@ def test_in_the_owning_process_sigterm_is_an_exception_that_cleans_up(tmp_path):
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert cleaned
+
+
+STEP_BOUND_SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+from pipeplan.app.cli.main import Terminated, _terminate_here
+from pipeplan.formulations.rollout.workloads import preset_round
+from pipeplan.solvers.rollout.step_bound import step_bound
+
+signal.signal(signal.SIGTERM, _terminate_here(os.getpid()))
+try:
+    step_bound(preset_round("lsat-ar", 16), time_limit=600, threads=1)
+except Terminated as exc:
+    sys.exit(exc.code)
+"""
+
+
+def test_sigterm_during_the_step_indexed_bound_kills_its_milp_child(tmp_path):
+    """The bound's MILPs run in children of the command (``core.deadline.run_within``): the
+    handler kills them instead of letting the exit wait out their time limit (600 s here)."""
+    proc = subprocess.Popen([sys.executable, "-c", STEP_BOUND_SCRIPT], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _wait_for(lambda: bool(_children(proc.pid)), proc)      # a MILP is running in a child
+    children = _children(proc.pid)
+    status, err = _terminate(proc)      # communicate() waits at most WAIT_S, far below the MILP's 600 s
+    assert status == 143, err
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()], "a MILP's child outlived the command"
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid``'s threads have started (Linux: one children file per thread)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found

@@ -28,3 +28,27 @@ def test_a_child_that_dies_gives_none():
     import os
 
     assert run_within(lambda: os._exit(3), 5.0) is None
+
+
+def test_stop_children_ends_a_wait_in_another_thread_and_starts_no_more(monkeypatch, tmp_path):
+    """What a SIGTERM handler needs: the child a thread waits on is killed (its wait gives None
+    at once, not after the 60 s limit), and later calls return None without running ``work``."""
+    import threading
+
+    from pipeplan.core import deadline
+
+    monkeypatch.setattr(deadline, "_stopping", False)    # and back after the test
+    answers = []
+    waiter = threading.Thread(target=lambda: answers.append(run_within(lambda: time.sleep(60) or 1, 60.0)))
+    waiter.start()
+    for _ in range(600):
+        if deadline._WAITED_ON:
+            break
+        time.sleep(0.05)
+    assert deadline._WAITED_ON, "the child never started"
+    deadline.stop_children()
+    waiter.join(30)
+    assert not waiter.is_alive() and answers == [None]
+    marker = tmp_path / "ran"
+    assert run_within(lambda: marker.write_text("ran"), 5.0) is None
+    assert not marker.exists()

@@ -23,6 +23,7 @@ from pipeplan.app.cli.instance import instance_cmd
 from pipeplan.app.cli.multi import multi_app
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
+from pipeplan.core.deadline import stop_children
 from pipeplan.core.errors import InputError, SolverFailure
 from pipeplan.core.io import check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
@@ -637,14 +638,16 @@ def _terminate_here(owner: int):
     command has staged is cleaned up as for any failure (``core.io.staged_folder`` and
     ``write_atomic`` remove their temporary files on the way out, a bench kills the runs it
     started). By default SIGTERM ends Python at once and left the ``.pp-stage-*`` folder beside
-    ``--out``. A process forked from the command (``core.deadline.run_within``, a bench run,
-    a study's worker pool) inherits the handler but not the ownership: it dies as by default, so
-    it never runs its parent's cleanup on a copy of the parent's stack."""
+    ``--out``. The children ``core.deadline.run_within`` waits on are killed first, so that no
+    thread waits out a MILP's time limit. A process forked from the command (those children, a
+    bench run, a study's worker pool) inherits the handler but not the ownership: it dies as by
+    default, so it never runs its parent's cleanup on a copy of the parent's stack."""
     def handler(signum, frame):
         if os.getpid() != owner:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        stop_children()
         raise Terminated(128 + signum)
     return handler
 

@@ -263,9 +263,11 @@ def regime_map(regimes: list[Regime] | None = None, *, workload: str = "lsat-ar"
             progress(done, total, f"{job[0]} {job[2].label} seed {job[3]}")
 
     if workers > 1 and len(jobs) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for job, res in zip(jobs, pool.map(_task, jobs, chunksize=1)):
+        import multiprocessing as mp
+        # a Pool, not a ProcessPoolExecutor: leaving the block by an exception (SIGTERM, Ctrl-C)
+        # terminates the workers, where the executor would first run every job still queued
+        with mp.get_context("fork").Pool(workers) as pool:
+            for job, res in zip(jobs, pool.imap(_task, jobs, chunksize=1)):
                 tick(job, res)
     else:
         for job in jobs:

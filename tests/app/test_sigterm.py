@@ -27,7 +27,9 @@ def _wait_for(predicate, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + WAIT_S
     while not predicate():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the command never reached the point to stop it at"
+        if time.monotonic() >= deadline:
+            os.killpg(proc.pid, signal.SIGKILL)       # what it started too (its own session)
+            raise AssertionError("the command never reached the point to stop it at")
         time.sleep(0.05)
 
 

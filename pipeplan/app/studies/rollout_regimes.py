@@ -265,7 +265,8 @@ def regime_map(regimes: list[Regime] | None = None, *, workload: str = "lsat-ar"
     if workers > 1 and len(jobs) > 1:
         import multiprocessing as mp
         # a Pool, not a ProcessPoolExecutor: leaving the block by an exception (SIGTERM, Ctrl-C)
-        # terminates the workers, where the executor would first run every job still queued
+        # terminates the workers, where the executor would first run every job still queued.
+        # Its workers are daemonic and may start no process: the online policies start none
         with mp.get_context("fork").Pool(workers) as pool:
             for job, res in zip(jobs, pool.imap(_task, jobs, chunksize=1)):
                 tick(job, res)

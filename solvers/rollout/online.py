@@ -10,6 +10,7 @@ from __future__ import annotations
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.errors import InputError
 from pipeplan.core.registry import register
+from pipeplan.core.result import Termination
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.solvers.rollout.common import scored_result
@@ -54,11 +55,18 @@ def make_policy(name: str, staleness: int = 0, **params):
 def _register(name: str, description: str):
     """Register policy ``name``; the frontier policies declare ``frontier`` (F_w groups), ``slack``
     its ``alpha``, ``defer`` its ``held`` groups (the count it chose is ``params["chosen"]``),
-    ``alpha`` and ``time_limit`` (for choosing), every policy ``staleness``."""
+    ``alpha`` and ``time_limit`` (for choosing), ``deadline`` its ``time_limit`` (past it, CGP's
+    order: termination ``time_limit``), every policy ``staleness``."""
     def run(problem, params: dict):
         policy = make_policy(name, **params)
         schedule = simulate(problem, policy)
-        return scored_result(problem, name, schedule, params={**params, **policy.settled()})
+        settled = policy.settled()
+        if "switched_to_cgp_at_s" not in settled:
+            return scored_result(problem, name, schedule, params={**params, **settled})
+        return scored_result(problem, name, schedule, params={**params, **settled},
+                             termination=Termination.TIME_LIMIT, stopped_by="time",
+                             message=f"past its time limit the round was admitted in CGP's order from simulated "
+                                     f"t = {settled['switched_to_cgp_at_s']:.1f} s on")
 
     if name in TAKES_FRONTIER:
         def solve(problem, *, frontier: int = 2, staleness: int = 0):
@@ -66,6 +74,9 @@ def _register(name: str, description: str):
     elif name == "slack":
         def solve(problem, *, alpha: float = 0.5, staleness: int = 0):
             return run(problem, {"alpha": alpha, **({"staleness": staleness} if staleness else {})})
+    elif name == "deadline":
+        def solve(problem, *, staleness: int = 0, time_limit: float | None = None):
+            return run(problem, {"time_limit": time_limit, **({"staleness": staleness} if staleness else {})})
     elif name == "defer":
         def solve(problem, *, held: int | str = "auto", alpha: float = 0.5, staleness: int = 0,
                   time_limit: float | None = None):
@@ -79,21 +90,25 @@ def _register(name: str, description: str):
 
 def best_policy(problem: RolloutProblem, clock: Deadline):
     """(name, schedule) of the online policy whose simulated train end is least (ties: the
-    first simulated). The offline planners return it where their own plan replays later: where no
-    just-in-time plan keeps to the engine's limits (a group's samples cannot all run at once:
+    catalogue's first, the slow ones last). The offline planners return it where their own plan
+    replays later: where no just-in-time plan keeps to the engine's limits (a group's samples cannot all run at once:
     rollout/tiny-3, 33.6 s against CGP's 26.0 s), or where the moves did not lead back within
     them (sci-jl R = 96 with 3,000 moves: 854.3 s; ``fifo``'s schedule, 675.8 s, stands).
     Past ``clock`` no further policy is simulated (the first always is); the slow ones come
     last: ``defer``, which simulates the round once per count it tries (and stops trying at
     ``clock``), then ``deadline``, which ranks every group at each decision (7.0 s at R = 512
-    against 0.05-0.24 s for the others)."""
-    runs, slow = [], ("defer", "deadline")
-    for name in sorted(POLICIES, key=lambda name: slow.index(name) + 1 if name in slow else 0):
+    against 0.05-0.24 s for the others) until ``clock``, then admits in CGP's order."""
+    slow = ("defer", "deadline")
+    names = sorted(POLICIES, key=lambda name: slow.index(name) + 1 if name in slow else 0)
+    runs = []
+    # fifo first: the one simulated when time is short, where sync, first in the catalogue, is
+    # the baseline that never wins (lsat-ar R = 1,000: 11,866 s against fifo's 6,421 s)
+    for name in sorted(names, key=lambda name: name != "fifo"):
         if runs and clock.expired():
             break
-        params = {"time_limit": clock.remaining()} if name == "defer" else {}
+        params = {"time_limit": clock.remaining()} if name in slow else {}
         runs.append((name, simulate(problem, make_policy(name, **params))))
-    return min(runs, key=lambda run: run[1].metrics()["train_end_s"])
+    return min(runs, key=lambda run: (run[1].metrics()["train_end_s"], names.index(run[0])))
 
 
 for _name, (_factory, _description) in POLICIES.items():

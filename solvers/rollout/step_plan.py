@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeplan.core.deadline import Deadline
+from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.errors import InputError
 from pipeplan.core.registry import register
 from pipeplan.core.result import Termination
@@ -298,8 +298,9 @@ class SequencePlanner:
         """The additive engine time of the first k tokens of the requests ``idx``."""
         return self.problem.engine.request_work(self.timeline.prompts[idx], k)
 
-    def place(self, updates: list[list[int]], target: float) -> np.ndarray | None:
-        """Finish steps meeting ``target`` (the backward pass), or None when none are found."""
+    def place(self, updates: list[list[int]], target: float, deadline: Deadline | None = None) -> np.ndarray | None:
+        """Finish steps meeting ``target`` (the backward pass), or None when none are found.
+        Past ``deadline`` it raises OutOfTime (one pass over R = 1,000 groups takes seconds)."""
         tl, c0 = self.timeline, self.problem.engine.c0_s
         tr = self.problem.trainer
         tail = np.cumsum([tr.update_time(int(tl.tokens[u].sum())) for u in updates][::-1])[::-1]
@@ -309,6 +310,8 @@ class SequencePlanner:
         later_finish = np.zeros(0, dtype=np.int64)
         next_step = np.iinfo(np.int64).max // 2
         for j in range(len(updates) - 1, -1, -1):
+            if deadline is not None:
+                deadline.check()
             n = self.lengths[later]
             budget = target - tail[j] - done
             requests = np.concatenate([self.requests[g] for g in updates[j]])
@@ -334,20 +337,20 @@ class SequencePlanner:
         return finish
 
     def best(self, order: list[int], upper: float | None = None, lower: float = 0.0,
-             tol: float = 1e-3) -> tuple[float, np.ndarray | None]:
+             tol: float = 1e-3, deadline: Deadline | None = None) -> tuple[float, np.ndarray | None]:
         """(least target met, its finish steps) for the groups trained in ``order``, by bisection
         over [``lower``, ``upper``] to ``tol`` seconds (``upper``: a target known to be met; by
         default one that every sequence meets unless the engine's limits break its plan, then
         (inf, None))."""
         updates = chunks(list(order), self.timeline.sizes)
         hi = self.ceiling if upper is None else upper
-        finish = self.place(updates, hi)
+        finish = self.place(updates, hi, deadline)
         if finish is None:
             return np.inf, None
         lo = lower
         while hi - lo > tol:
             mid = (lo + hi) / 2
-            found = self.place(updates, mid)
+            found = self.place(updates, mid, deadline)
             if found is None:
                 lo = mid
             else:
@@ -361,9 +364,13 @@ class SequencePlanner:
         one (a larger gain is taken by the next moves). With ``sideways`` > 0 a move whose plan
         meets the best target plus that much (relative) is taken too, without a gain: a walk
         along the plateau of near-equal sequences, which the strict climb cannot leave. When the
-        engine's limits break the first sequence's plan, (inf, None, 0)."""
+        engine's limits break the first sequence's plan, or ``deadline`` passes before it is
+        planned, (inf, None, 0)."""
         order = list(order)
-        value, finish = self.best(order, tol=tol)
+        try:
+            value, finish = self.best(order, tol=tol, deadline=deadline)
+        except OutOfTime:
+            return np.inf, None, 0
         if finish is None:
             return value, finish, 0
         R, done = len(order), 0
@@ -376,13 +383,17 @@ class SequencePlanner:
                 trial.insert(b, trial.pop(a))
             done += 1
             updates = chunks(trial, self.timeline.sizes)
-            if sideways and self.place(updates, value * (1 + sideways)) is None:
-                continue                  # worse than the plateau: one pass decides most moves
-            if self.place(updates, value - tol) is not None:
-                order = trial
-                value, finish = self.best(order, upper=value - tol, lower=value * (1 - CLIMB_STEP), tol=tol)
-            elif sideways:
-                order = trial
+            try:
+                if sideways and self.place(updates, value * (1 + sideways), deadline) is None:
+                    continue                  # worse than the plateau: one pass decides most moves
+                if self.place(updates, value - tol, deadline) is not None:
+                    value, finish = self.best(trial, upper=value - tol, lower=value * (1 - CLIMB_STEP), tol=tol,
+                                              deadline=deadline)
+                    order = trial
+                elif sideways:
+                    order = trial
+            except OutOfTime:             # mid-move: the best plan so far stands
+                break
         return value, finish, done
 
 
@@ -406,9 +417,10 @@ def guided_plan(problem: RolloutProblem, orders, *, evaluations: int = EVALUATIO
     planner = SequencePlanner(timeline)
     best, start = np.inf, None
     for order in orders:
-        if deadline.expired():
+        try:
+            value, _ = planner.best(list(order), deadline=deadline)
+        except OutOfTime:
             break
-        value, _ = planner.best(list(order))
         if value < best:
             best, start = value, list(order)
     if start is None:
@@ -502,7 +514,7 @@ def solve_step_plan(problem, *, evaluations: int = EVALUATIONS, sequence_moves: 
     found = _walks(timeline, starts, evaluations, rng, clock)
     value, name, finish, _ = min(found, key=_planned_then_name)
     schedule, limits = replay(problem, timeline.plan(finish)), "every limit"
-    if timeline.reservation and not timeline.roomy:
+    if timeline.reservation and not timeline.roomy and not clock.expired():
         # the same walks within the batch and KV limits alone (their own random stream), the
         # replay delaying the admissions SGLang's reservation refuses; the plan whose replay
         # ends first stands (module docstring)

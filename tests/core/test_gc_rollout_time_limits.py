@@ -147,3 +147,29 @@ def test_rollout_optimum_cli_past_its_limit_writes_the_hint_schedule(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["termination"] == "time_limit" and doc["plan"]["admissions"]
     _assert_hint_result(preset_round("lsat-ar", 150), pipeplan.SolveResult.from_dict(doc))
+
+
+def test_rollout_step_plan_past_its_limit_returns_the_best_online_schedule():
+    """The update-sequence search plans its first sequence by a backward pass that took 17 s at
+    R = 300 (2,400 requests) before the clock reached into it; with a 0.2 s limit the planner
+    now stops there, and the best online schedule simulated in time (fifo's first) stands."""
+    problem = preset_round("lsat-ar", 300)
+    r = pipeplan.solve(problem, "step-plan", time_limit=0.2, seed=0)
+    assert r.termination.value == "time_limit" and r.quality.value == "feasible", r.message
+    assert r.params["sequence_moves_done"] == 0
+    again = replay(problem, r.plan)
+    assert check(problem, again) == []
+    assert again.metrics()["train_end_s"] == pytest.approx(r.objectives["train_end_s"])
+    assert r.objectives["train_end_s"] <= pipeplan.solve(problem, "fifo").objectives["train_end_s"] * (1 + 1e-9)
+
+
+def test_rollout_deadline_policy_past_its_limit_admits_the_rest_in_cgp_order():
+    """``deadline`` ranks every group at every decision (quadratic in the round: 46 s at
+    R = 1,000); past its limit it admits the rest in the engine's order, a checked schedule."""
+    problem = preset_round("lsat-ar", 300)
+    r = pipeplan.solve(problem, "deadline", time_limit=0.05)
+    assert r.termination.value == "time_limit" and r.stopped_by == "time"
+    assert r.params["switched_to_cgp_at_s"] >= 0 and "CGP's order" in r.message
+    assert check(problem, replay(problem, r.plan)) == []
+    free = pipeplan.solve(preset_round("lsat-ar", 32), "deadline", time_limit=60.0)
+    assert free.termination.value == "completed" and "switched_to_cgp_at_s" not in free.params

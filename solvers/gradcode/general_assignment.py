@@ -57,7 +57,7 @@ from pipeplan.solvers.gradcode import cpsat
 from pipeplan.solvers.gradcode.assignment import assignment_data, code_from_assignment, draw_scenarios
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
 from pipeplan.solvers.gradcode.heterogeneous import hetero_aware_code, speed_loads
-from pipeplan.solvers.gradcode.team_codes import groups_as_teams, solve_teams, team_code
+from pipeplan.solvers.gradcode.team_codes import MAX_TEAM_LITERALS, groups_as_teams, solve_teams, team_code
 
 # shares of the search time left when each phase starts: the bound model, then the group
 # placement, then the team code (what is left, less a reserve for the load tuning)
@@ -245,23 +245,34 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
                                                    work_limit=team_work)
     except OutOfTime:
         blocks, team_state, team_why = [], "none", "time"
+    if team_state == "too large":
+        notes.append("team search skipped: its model would exceed "
+                     f"{MAX_TEAM_LITERALS:,} worker-slot literals")
     for found in blocks:
         consider("teams", team_code(problem, found, "general"))
     if team_why == "time":
         why = "time"
+    # the random codes: building and verifying one takes seconds at n = 2,000 (a QR and
+    # straggler-set solves of a dense 2,000-worker matrix), so past the clock no more are built
     speed = speed_loads(problem)
-    consider("hetero-aware", hetero_aware_code(problem, speed, seed=seed, tries=1, scheme="general")[0])
-    starts = [speed] + ([bound_loads] if bound_loads is not None else [])
-    tuned = min((tune_loads(problem, start, scen, search) for start in starts),
-                key=lambda loads: count_rule_times(problem, loads, scen).mean())
-    consider("hetero-tuned", hetero_aware_code(problem, tuned, seed=seed, tries=1, scheme="general")[0])
+    first = {"hetero-aware": hetero_aware_code(problem, speed, seed=seed, tries=1, scheme="general",
+                                               deadline=search)}
+    if not search.expired():
+        starts = [speed] + ([bound_loads] if bound_loads is not None else [])
+        tuned = min((tune_loads(problem, start, scen, search) for start in starts),
+                    key=lambda loads: count_rule_times(problem, loads, scen).mean())
+        first["hetero-tuned"] = hetero_aware_code(problem, tuned, seed=seed, tries=1, scheme="general",
+                                                  deadline=search)
+    for name, (code, _) in first.items():
+        consider(name, code)
     if search.expired():
         why = why or "time"
     _, name, code = min(candidates, key=lambda c: c[0])
     verification = None
     if name.startswith("hetero"):      # the chosen random code: its best conditioned seed
-        code, verification = hetero_aware_code(problem, code.meta["loads"], seed=seed, tries=tries,
-                                               scheme="general", deadline=search)
+        code, verification = (first[name] if search.expired() else      # its first seed, built already
+                              hetero_aware_code(problem, code.meta["loads"], seed=seed, tries=tries,
+                                                scheme="general", deadline=search))
     value = scenario_objective(problem, code, scen)
     best = {}
     for v, n, _ in candidates:

@@ -79,12 +79,16 @@ def mds_matrix(support: np.ndarray, s: int, rng: np.random.Generator) -> np.ndar
     """B = Lambda Theta on ``support`` (every partition on at least s+1 workers): decodes from
     any n-s rows; rows scaled to unit length (which leaves decodability unchanged)."""
     n, k = support.shape
-    if (support.sum(axis=0) < s + 1).any():
+    holders = support.sum(axis=0)
+    if (holders < s + 1).any():
         raise ValueError("every partition needs at least s+1 holders")
     lam = rng.standard_normal((n, n - s))
     theta = np.zeros((n - s, k))
     theta[0] = 1.0
-    for j in range(k):
+    exact = holders == s + 1
+    if exact.any() and n > s + 1:
+        theta[1:, exact] = _square_columns(lam, support[:, exact], s)
+    for j in np.flatnonzero(~exact):
         off = np.flatnonzero(~support[:, j])
         if off.size:
             rest, *_ = np.linalg.lstsq(lam[off, 1:], -lam[off, 0], rcond=None)
@@ -92,6 +96,28 @@ def mds_matrix(support: np.ndarray, s: int, rng: np.random.Generator) -> np.ndar
     B = np.where(support, lam @ theta, 0.0)
     norms = np.linalg.norm(B, axis=1, keepdims=True)
     return np.divide(B, norms, out=np.zeros_like(B), where=norms > 0)
+
+
+def _square_columns(lam: np.ndarray, support: np.ndarray, s: int) -> np.ndarray:
+    """Theta's free entries for the partitions held by exactly s+1 workers H, all at once: each
+    solves the square system A[off] x = b[off] (A = Lambda's last n-s-1 columns, b = -Lambda's
+    first, off = the n-s-1 workers outside H). One partition at a time that was one dense solve
+    each, n^3 apiece: at n = k = 2,000 about 50 minutes for one code, past any time limit. Here
+    x solves it exactly when the residual A x - b lies on H, i.e. when N^T (b + E_H z) = 0 for
+    N A's left null space (n x (s+1)) and the residual's values z on H; so z = -(N_H^T)^-1 N^T b
+    (an (s+1)-square solve per partition) and x = A^+ (b + E_H z), one QR of A for every
+    partition (N_H is invertible exactly when A[off] is)."""
+    from scipy.linalg import qr, solve_triangular
+
+    n, k = support.shape
+    a, b = lam[:, 1:], -lam[:, 0]
+    q, r = qr(a)                                      # complete: q's last s+1 columns are N
+    null = q[:, n - s - 1:]
+    held = np.sort(np.argsort(~support, axis=0, kind="stable")[:s + 1], axis=0).T      # (k, s+1) holders
+    z = -np.linalg.solve(np.swapaxes(null[held], 1, 2), np.broadcast_to(null.T @ b, (k, s + 1))[..., None])[..., 0]
+    rhs = np.repeat(b[:, None], k, axis=1)
+    np.add.at(rhs, (held, np.arange(k)[:, None]), z)
+    return solve_triangular(r[:n - s - 1], q[:, :n - s - 1].T @ rhs)
 
 
 def hetero_aware_code(problem: GradCodeProblem, loads=None, *, seed: int = 0, tries: int = 8,

@@ -35,6 +35,10 @@ from pipeplan.formulations.gradcode.problem import GradCodeProblem
 from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, work_done
 
 US = 1_000_000
+# The team model has a literal per worker and slot (n x G x teams, G up to n / (s + 1)): at
+# n = 2,000, s = 2 that is 5.3 million, and building them alone ran past a 3 s limit by
+# minutes (more than 300 s, gigabytes). Above this many the search is skipped.
+MAX_TEAM_LITERALS = 500_000
 
 Team = list[tuple[int, int]]          # (worker, partitions it holds)
 
@@ -83,7 +87,7 @@ def solve_teams(problem: GradCodeProblem, scenarios: np.ndarray, *, deadline: De
     improving solution it found, the best last, so that a caller can pick among them on other
     scenarios; state; what stopped the search short of a proof: "work" for ``work_limit``,
     CP-SAT deterministic seconds, or "time"). Raises OutOfTime when the model cannot be built
-    in time."""
+    in time; state "too large" (nothing searched) above ``MAX_TEAM_LITERALS``."""
     from ortools.sat.python import cp_model
 
     n, k, s = problem.n, problem.k, problem.s
@@ -97,11 +101,15 @@ def solve_teams(problem: GradCodeProblem, scenarios: np.ndarray, *, deadline: De
     c = np.round(problem.partition_time_s / np.asarray(problem.speeds, dtype=np.float64) * US).astype(np.int64)
     D = np.round(scenarios * US).astype(np.int64)
     slots = [(b, t) for b in range(G) for t in range(teams)]
-    x = {(i, b, t): m.new_bool_var(f"x{i}_{b}_{t}") for i in range(n) for b, t in slots}
+    if n * len(slots) > MAX_TEAM_LITERALS:
+        return [], "too large", None
+    x = {}
     load = [m.new_int_var(0, int(L[i]), f"l{i}") for i in range(n)]
     share = {}
     for i in range(n):
         deadline.check()
+        for b, t in slots:
+            x[i, b, t] = m.new_bool_var(f"x{i}_{b}_{t}")
         mine = [x[i, b, t] for b, t in slots]
         m.add_at_most_one(mine)
         m.add(load[i] >= total(mine))

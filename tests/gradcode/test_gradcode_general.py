@@ -176,3 +176,48 @@ def test_general_solver_reports_infeasible_capacities():
     p = GradCodeProblem("short", 3, 1, 3, (1.0,) * 3, (0.1,) * 3, (1, 1, 2))      # 4 copies < (s+1) k = 6
     r = pipeplan.solve(p, "general", time_limit=5)
     assert r.termination.value == "infeasible" and r.quality.value == "none"
+
+
+@pytest.mark.parametrize("n,k,s,extra", [(7, 7, 1, 0), (12, 9, 2, 0), (30, 45, 3, 0), (10, 8, 1, 3)])
+def test_mds_matrix_solves_every_partition_as_one_solve_per_partition_would(n, k, s, extra):
+    """Theta's columns for the partitions held by exactly s+1 workers come from one QR of
+    Lambda (``_square_columns``); each must equal the partition's own least-squares solve, the
+    construction's definition (``extra`` partitions get one more holder: the general path)."""
+    from pipeplan.solvers.gradcode.heterogeneous import _square_columns
+
+    loads = np.full(n, (s + 1) * k // n)
+    loads[: (s + 1) * k - loads.sum()] += 1
+    support = cyclic_fill(loads, k)
+    for j in range(extra):                      # a fourth holder for a few partitions
+        support[np.flatnonzero(~support[:, j])[0], j] = True
+    lam = np.random.default_rng(n).standard_normal((n, n - s))
+    exact = support.sum(axis=0) == s + 1
+    fast = _square_columns(lam, support[:, exact], s)
+    for col, j in enumerate(np.flatnonzero(exact)):
+        off = np.flatnonzero(~support[:, j])
+        one, *_ = np.linalg.lstsq(lam[off, 1:], -lam[off, 0], rcond=None)
+        assert fast[:, col] == pytest.approx(one, rel=1e-9, abs=1e-9)
+    B = mds_matrix(support, s, np.random.default_rng(n))
+    assert not B[~support].any()
+    code = GradientCode(scheme="t", s=s, support=support, B=B, decoder="lstsq", wait=n - s)
+    assert verify(code).decodable
+
+
+def test_the_team_model_is_skipped_above_its_literal_cap():
+    """n = 2,000, s = 2: 5.3 million worker-slot literals, whose building alone ran minutes past
+    a 3 s limit; the search is skipped without building them."""
+    from pipeplan.instances.gradcode import load_instance
+    from pipeplan.solvers.gradcode.team_codes import solve_teams
+
+    problem = load_instance("gradcode/synthetic-n2000")
+    assert solve_teams(problem, np.zeros((1, problem.n)), deadline=Deadline(None), extra=1) == ([], "too large", None)
+
+
+def test_general_past_its_clock_builds_no_more_random_codes():
+    """A random code of n = 2,000 workers takes seconds to build and verify; past the clock the
+    solver keeps the first (speed loads) and builds neither the tuned one nor the chosen one again."""
+    from pipeplan.instances.gradcode import load_instance
+
+    r = pipeplan.solve(load_instance("gradcode/synthetic-n200"), "general", time_limit=0.01)
+    assert r.termination.value == "time_limit" and r.quality.value == "feasible"
+    assert "hetero-aware" in r.message and "hetero-tuned" not in r.message

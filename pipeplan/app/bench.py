@@ -46,6 +46,7 @@ from typing import Callable
 from pipeplan.app.stored_optima import COLUMNS as OPTIMA_COLUMNS
 from pipeplan.app.stored_optima import SNAPSHOT, read_optima
 from pipeplan.core.api import MAX_SEED
+from pipeplan.core.deadline import check_stop
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, finite_number, load_toml, read_input, write_atomic, write_json
 from pipeplan.core.tables import csv_text
@@ -273,6 +274,7 @@ def run_local(runs: list[Run], jobs: int, on_record: Callable[[dict], None], gra
                 send.close()
                 active.append((run, proc, recv, time.perf_counter()))
             time.sleep(0.02)
+            check_stop()              # SIGTERM, should its own exception have been dropped
             still = []
             for run, proc, recv, started in active:
                 elapsed = time.perf_counter() - started
@@ -342,6 +344,7 @@ def run_ray(runs: list[Run], jobs: int, on_record: Callable[[dict], None], grace
                 run = pending.pop(0)
                 inflight[remote.remote(run)] = (run, time.perf_counter())
             done, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+            check_stop()
             for ref in done:
                 run, started = inflight.pop(ref)
                 try:

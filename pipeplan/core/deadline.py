@@ -12,6 +12,8 @@ import sys
 import time
 from contextlib import suppress
 
+from pipeplan.core.errors import Terminated
+
 
 class OutOfTime(Exception):
     """The time limit passed during a phase that cannot return a partial answer."""
@@ -35,6 +37,7 @@ class Deadline:
         return max(floor, self.at - time.perf_counter())
 
     def expired(self) -> bool:
+        check_stop()
         return self.at is not None and time.perf_counter() >= self.at
 
     def check(self) -> None:
@@ -46,19 +49,29 @@ GRACE_S = 1.0   # how long past its own time limit a guarded call may run before
 
 
 _WAITED_ON: set = set()    # the children run_within is waiting on now, from any thread
-_stopping = False
+_stopping: int | None = None    # the exit status asked for by ``stop``
 
 
-def stop_children() -> None:
-    """For a process that is exiting (a command stopped by SIGTERM, ``app.cli.main``): kill every
-    child :func:`run_within` waits on, in any thread, and start no more (each call returns None
-    at once), so the exit does not wait out a MILP's time limit: stopping ``rollout optimum-gaps``
-    during the step-indexed bound took 43 s before (lsat-ar R = 16, a 60 s MILP)."""
+def stop(status: int) -> None:
+    """For a process asked to stop (SIGTERM, ``app.cli.main``): kill every child
+    :func:`run_within` waits on, in any thread, and start no more (each call returns None at
+    once), so the exit does not wait out a MILP's time limit (stopping ``rollout optimum-gaps``
+    during the step-indexed bound took 43 s before: lsat-ar R = 16, a 60 s MILP); and from now
+    on every :meth:`Deadline.expired` (so every solver loop) and :func:`check_stop` raise
+    :class:`Terminated`. Why again: the handler's own exception can be raised inside a
+    ``__del__`` or a weakref callback, where Python prints and drops it; a bench then went on
+    starting runs (1 of 12 SIGTERMs in tests)."""
     global _stopping
-    _stopping = True
+    _stopping = status
     for process in list(_WAITED_ON):
         with suppress(Exception):
             process.kill()
+
+
+def check_stop() -> None:
+    """Raise :class:`Terminated` once :func:`stop` was called."""
+    if _stopping is not None:
+        raise Terminated(_stopping)
 
 
 def run_within(work, seconds: float, grace: float = GRACE_S):
@@ -73,7 +86,7 @@ def run_within(work, seconds: float, grace: float = GRACE_S):
     result must pickle."""
     import multiprocessing as mp
 
-    if _stopping:
+    if _stopping is not None:
         return None
     ctx = mp.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)

@@ -31,3 +31,9 @@ class SolverFailure(RuntimeError):
 
     def one_line(self) -> str:
         return f"{self.what}: {self.message}".replace("\n", " ")
+
+
+class Terminated(SystemExit):
+    """The process was asked to stop (SIGTERM; exit status 128 + the signal's number): raised in
+    the main thread by the CLI's handler, and again at the next ``core.deadline`` check if the
+    first was swallowed (``core.deadline.stop``)."""

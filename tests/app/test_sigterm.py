@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cli_helpers import ROOT
 
 WAIT_S = 120   # how long a command may take to reach the point where it is stopped
@@ -89,9 +91,10 @@ def test_a_forked_process_dies_by_sigterm_without_its_parents_cleanup(tmp_path):
 
 
 def test_in_the_owning_process_sigterm_is_an_exception_that_cleans_up(tmp_path, monkeypatch):
-    from pipeplan.app.cli.main import Terminated, _terminate_here
+    from pipeplan.app.cli.main import _terminate_here
     from pipeplan.core import deadline
-    monkeypatch.setattr(deadline, "_stopping", False)     # the handler stops run_within: undone after the test
+    from pipeplan.core.errors import Terminated
+    monkeypatch.setattr(deadline, "_stopping", None)      # the handler stops run_within: undone after the test
     previous = signal.signal(signal.SIGTERM, _terminate_here(os.getpid()))
     cleaned = False
     try:
@@ -112,7 +115,10 @@ def test_in_the_owning_process_sigterm_is_an_exception_that_cleans_up(tmp_path, 
 STEP_BOUND_SCRIPT = """
 import os, signal, sys
 from pathlib import Path
-from pipeplan.app.cli.main import Terminated, _terminate_here
+
+import pytest
+from pipeplan.app.cli.main import _terminate_here
+from pipeplan.core.errors import Terminated
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.step_bound import step_bound
 
@@ -146,3 +152,43 @@ def _children(pid: int) -> list[int]:
         except OSError:
             pass
     return found
+
+
+class _SignalsInDel:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):           # the handler runs here, inside __del__: Python drops its exception
+            pass
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")    # the dropped one
+def test_a_sigterm_whose_exception_is_dropped_is_raised_again_at_the_next_deadline_check(monkeypatch):
+    """How a bench once went on after SIGTERM: the handler ran inside a ``__del__`` and Python
+    printed and dropped its exception. The next deadline check (every solver loop, the bench's
+    loop) raises it again."""
+    from pipeplan.app.cli.main import _terminate_here
+    from pipeplan.core import deadline
+    from pipeplan.core.errors import Terminated
+
+    monkeypatch.setattr(deadline, "_stopping", None)
+    previous = signal.signal(signal.SIGTERM, _terminate_here(os.getpid()))
+    try:
+        _SignalsInDel()                 # dropped at once: __del__ runs, its Terminated is swallowed
+        with pytest.raises(Terminated):
+            deadline.Deadline(None).expired()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_dropped_terminated_prints_nothing_and_other_dropped_errors_still_do():
+    from types import SimpleNamespace
+
+    from pipeplan.app.cli.main import _quiet_when_dropped
+    from pipeplan.core.errors import Terminated
+
+    seen = []
+    hook = _quiet_when_dropped(seen.append)
+    hook(SimpleNamespace(exc_value=Terminated(143)))
+    other = SimpleNamespace(exc_value=ValueError("in a __del__"))
+    hook(other)
+    assert seen == [other]

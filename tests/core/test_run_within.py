@@ -30,14 +30,14 @@ def test_a_child_that_dies_gives_none():
     assert run_within(lambda: os._exit(3), 5.0) is None
 
 
-def test_stop_children_ends_a_wait_in_another_thread_and_starts_no_more(monkeypatch, tmp_path):
+def test_stop_ends_a_wait_in_another_thread_and_starts_no_more(monkeypatch, tmp_path):
     """What a SIGTERM handler needs: the child a thread waits on is killed (its wait gives None
     at once, not after the 60 s limit), and later calls return None without running ``work``."""
     import threading
 
     from pipeplan.core import deadline
 
-    monkeypatch.setattr(deadline, "_stopping", False)    # and back after the test
+    monkeypatch.setattr(deadline, "_stopping", None)    # and back after the test
     answers = []
     waiter = threading.Thread(target=lambda: answers.append(run_within(lambda: time.sleep(60) or 1, 60.0)))
     waiter.start()
@@ -46,9 +46,25 @@ def test_stop_children_ends_a_wait_in_another_thread_and_starts_no_more(monkeypa
             break
         time.sleep(0.05)
     assert deadline._WAITED_ON, "the child never started"
-    deadline.stop_children()
+    deadline.stop(143)
     waiter.join(30)
     assert not waiter.is_alive() and answers == [None]
     marker = tmp_path / "ran"
     assert run_within(lambda: marker.write_text("ran"), 5.0) is None
     assert not marker.exists()
+
+
+def test_after_stop_every_deadline_check_raises_terminated(monkeypatch):
+    """The SIGTERM handler's exception can be dropped (raised inside a ``__del__``); every
+    deadline check, in every solver loop, raises it again."""
+    from pipeplan.core import deadline
+    from pipeplan.core.errors import Terminated
+
+    monkeypatch.setattr(deadline, "_stopping", None)
+    clock = deadline.Deadline(None)
+    assert not clock.expired()
+    deadline.stop(143)
+    for check in (clock.expired, clock.check, deadline.check_stop):
+        with pytest.raises(Terminated) as caught:
+            check()
+        assert caught.value.code == 143

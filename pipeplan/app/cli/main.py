@@ -23,8 +23,8 @@ from pipeplan.app.cli.instance import instance_cmd
 from pipeplan.app.cli.multi import multi_app
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
-from pipeplan.core.deadline import stop_children
-from pipeplan.core.errors import InputError, SolverFailure
+from pipeplan.core.deadline import stop
+from pipeplan.core.errors import InputError, SolverFailure, Terminated
 from pipeplan.core.io import check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS, SYSTEMS
@@ -629,32 +629,40 @@ def deploy_loop_cmd(models: str = typer.Option("inception_v1,resnet50", "--model
     typer.echo(md + f"\nwritten: {out}/deploy.md, deploy.csv")
 
 
-class Terminated(SystemExit):
-    """SIGTERM, raised in the command's main thread (exit status 143 = 128 + 15)."""
-
-
 def _terminate_here(owner: int):
     """A SIGTERM handler that makes the signal an exception in process ``owner``, so that what a
     command has staged is cleaned up as for any failure (``core.io.staged_folder`` and
     ``write_atomic`` remove their temporary files on the way out, a bench kills the runs it
     started). By default SIGTERM ends Python at once and left the ``.pp-stage-*`` folder beside
-    ``--out``. The children ``core.deadline.run_within`` waits on are killed first, so that no
-    thread waits out a MILP's time limit. A process forked from the command (those children, a
-    bench run, a study's worker pool) inherits the handler but not the ownership: it dies as by
-    default, so it never runs its parent's cleanup on a copy of the parent's stack."""
+    ``--out``. ``core.deadline.stop`` first kills the children ``run_within`` waits on, so that
+    no thread waits out a MILP's time limit, and makes every later deadline check raise the
+    exception again, should this one be dropped. A process forked from the command (those
+    children, a bench run, a study's worker pool) inherits the handler but not the ownership: it
+    dies as by default, so it never runs its parent's cleanup on a copy of the parent's stack."""
     def handler(signum, frame):
         if os.getpid() != owner:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        stop_children()
+        stop(128 + signum)
         raise Terminated(128 + signum)
     return handler
+
+
+def _quiet_when_dropped(default):
+    """An unraisable-exception hook that drops a :class:`Terminated` raised where Python cannot
+    raise it (a ``__del__``) without the traceback it would print: the next deadline check
+    raises it again (``core.deadline.stop``); every other such exception goes to ``default``."""
+    def hook(unraisable):
+        if not isinstance(unraisable.exc_value, Terminated):
+            default(unraisable)
+    return hook
 
 
 def main(argv: list[str] | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate_here(os.getpid()))
+        sys.unraisablehook = _quiet_when_dropped(sys.unraisablehook)
     try:
         status = app(args=argv, standalone_mode=False)
         if isinstance(status, int) and status:  # typer.Exit(n) comes back as a return value here

@@ -261,9 +261,9 @@ class DeadlinePolicy(Policy):
         return {} if self.switched_at_s is None else {"switched_to_cgp_at_s": self.switched_at_s}
 
     def decide(self, state: EngineState):
-        if self.switched_at_s is not None or self.clock.expired():
-            if self.switched_at_s is None:
-                self.switched_at_s = state.t
+        if self.switched_at_s is None and self.clock.expired():
+            self.switched_at_s = state.t
+        if self.switched_at_s is not None:
             return state.native_queue()
         p, eng = self.problem, self.problem.engine
         tau = eng.step_time(max(1, state.running), state.active_kv())

@@ -19,10 +19,14 @@ from tests.cli_helpers import ROOT
 WAIT_S = 120   # how long a command may take to reach the point where it is stopped
 
 
+def _spawn(argv: list[str], cwd: Path) -> subprocess.Popen:
+    """A fresh interpreter in a session of its own (so that what it started can be killed with it)."""
+    return subprocess.Popen([sys.executable, *argv], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 def _start(*args, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return _spawn(["-m", "pipeplan.app.cli", *map(str, args)], cwd)
 
 
 def _wait_for(predicate, proc: subprocess.Popen) -> None:
@@ -133,9 +137,7 @@ except Terminated as exc:
 def test_sigterm_during_the_step_indexed_bound_kills_its_milp_child(tmp_path):
     """The bound's MILPs run in children of the command (``core.deadline.run_within``): the
     handler kills them instead of letting the exit wait out their time limit (600 s here)."""
-    proc = subprocess.Popen([sys.executable, "-c", STEP_BOUND_SCRIPT], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = _spawn(["-c", STEP_BOUND_SCRIPT], tmp_path)
     _wait_for(lambda: bool(_children(proc.pid)), proc)      # a MILP is running in a child
     children = _children(proc.pid)
     status, err = _terminate(proc)      # communicate() waits at most WAIT_S, far below the MILP's 600 s

@@ -36,7 +36,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -47,7 +46,7 @@ from pipeplan.app.stored_optima import COLUMNS as OPTIMA_COLUMNS
 from pipeplan.app.stored_optima import SNAPSHOT, read_optima
 from pipeplan.core.api import MAX_SEED
 from pipeplan.core.deadline import check_stop
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, crash_message
 from pipeplan.core.io import check_output, finite_number, load_toml, read_input, write_atomic, write_json
 from pipeplan.core.tables import csv_text
 from pipeplan.core.vocabulary import SYSTEMS
@@ -220,7 +219,7 @@ def execute(run: Run) -> dict:
     except Exception as exc:  # a crashed run is a record, not the end of the suite
         record.update({"termination": "error", "quality": "none", "objectives": {}, "bound": {}, "gap": None,
                        "wall_time_s": time.perf_counter() - began,
-                       "message": f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=2).splitlines()[-1]}",
+                       "message": crash_message(exc),
                        "stopped_by": None, "params": _plain(run.params), "front": [], "versions": library_versions()})
     return record
 

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import math
 import time
-import traceback
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, crash_message
 from pipeplan.core.registry import get_solver
 from pipeplan.core.result import Quality, SolveResult, Termination
 
@@ -56,7 +55,7 @@ def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 
     except Exception as exc:  # a solver crash is a result, not a crash of the command
         return SolveResult(problem.kind, problem.name, solver, Termination.ERROR, Quality.NONE,
                            params=call, wall_time_s=time.perf_counter() - start,
-                           message=f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=3).splitlines()[-2].strip()}")
+                           message=crash_message(exc))
     result.wall_time_s = time.perf_counter() - start
     result.params = {**call, **result.params}
     return result

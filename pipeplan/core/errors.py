@@ -5,6 +5,9 @@ sees ``error: profiles/x.json: time_ms.G[3]: negative time -1.0`` instead of a t
 """
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+
 
 class InputError(ValueError):
     """Bad user input: a file, a field in it, and what is wrong."""
@@ -31,6 +34,14 @@ class SolverFailure(RuntimeError):
 
     def one_line(self) -> str:
         return f"{self.what}: {self.message}".replace("\n", " ")
+
+
+def crash_message(exc: BaseException) -> str:
+    """One line for a solver's or a run's exception, kept in its result: the exception and the
+    line that raised it (``ValueError: ... | at variants.py:104 in combinations``)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" | at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}".replace("\n", " ")
 
 
 class Terminated(SystemExit):

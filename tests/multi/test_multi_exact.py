@@ -64,3 +64,21 @@ def test_a_time_limit_reports_a_bound_and_a_gap():
     assert r.termination.value == "time_limit" and r.plan is not None
     key = "min_norm_throughput"
     assert r.bound[key] >= r.objectives[key] and 0 < r.gap < 1
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp"])
+def test_too_many_variant_combinations_are_refused_before_any_model(solver):
+    """The exact models solve one model per combination of the networks' joint variants, whose
+    number multiplies with every network: beyond MAX_COMBINATIONS they refuse at once."""
+    from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
+    from pipeplan.instances.catalog import load_mapping
+    from pipeplan.solvers.mapping.multi.variants import MAX_COMBINATIONS, combinations
+    yolo = load_mapping("khadas-vim3/YOLOv3")
+    few = MultiProblem("yolo-x4", tuple(Network(f"n{i}", yolo) for i in range(4)))
+    per_network = round(len(combinations(few)) ** 0.25)
+    assert per_network >= 2
+    count = 1 + next(k for k in range(100) if per_network ** k > MAX_COMBINATIONS)
+    many = MultiProblem(f"yolo-x{count}", tuple(Network(f"n{i}", yolo) for i in range(count)))
+    r = pipeplan.solve(many, solver, time_limit=30)
+    assert r.termination.value == "error"
+    assert f"{count} networks make" in r.message and "use nsga2" in r.message

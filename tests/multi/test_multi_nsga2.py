@@ -180,3 +180,44 @@ def test_refuses_operator_graphs_and_bad_limits():
         solve_nsga2(tiny_pair(), max_evaluations=0)
     with pytest.raises(ValueError, match="min_fps"):
         solve_nsga2(tiny_pair(), objective="energy")
+
+
+def khadas_networks(count: int) -> MultiProblem:
+    """``count`` networks, the Khadas chains in turn: many networks on one SoC."""
+    from pipeplan.instances.catalog import load_mapping
+    chains = [load_mapping(f"khadas-vim3/{n}") for n in ("Alex", "MobileV1", "YOLOv3", "SqueezeV1")]
+    return MultiProblem(f"khadas-x{count}", tuple(Network(f"n{i}", chains[i % len(chains)]) for i in range(count)))
+
+
+def test_seeds_are_the_baselines_then_their_mixes_in_product_order():
+    """The lazy walk gives what listing every mix of the baselines' plans and keeping the first
+    of each gene vector gave (the seeding before the walk)."""
+    import itertools
+
+    from pipeplan.core.deadline import Deadline
+    from pipeplan.formulations.mapping.multi.plan import JointPlan
+    from pipeplan.solvers.mapping.multi.nsga2 import mixed_seeds, seed_plans
+    problem = load_multi("multi/google+res+squeeze")
+    codec = JointCodec(problem)
+    plans = seed_plans(problem, "fairness", Deadline(None))
+    names = [n.name for n in problem.networks]
+    options = [[p.plans[m] for p in plans] for m in names]
+    listed = plans + [JointPlan(dict(zip(names, combo)), instance=problem.name) for combo in itertools.product(*options)]
+    expected = list({x.tobytes(): x for x in map(codec.encode, listed)}.values())
+    assert len(plans) >= 3 and len(expected) > len(plans)
+    for count in (2, len(expected) - 1, 10 ** 6):
+        got = mixed_seeds(codec, plans, count)
+        assert [x.tolist() for x in got] == [x.tolist() for x in expected[:count]]
+
+
+def test_many_networks_seed_without_listing_their_mixes():
+    """40 networks and three or more baseline plans make 3^40 mixes or more; a population
+    takes 100 of them, and only those are built."""
+    from pipeplan.core.deadline import Deadline
+    from pipeplan.solvers.mapping.multi.nsga2 import mixed_seeds, seed_plans
+    problem = khadas_networks(40)
+    codec = JointCodec(problem)
+    plans = seed_plans(problem, "fairness", Deadline(None))
+    got = mixed_seeds(codec, plans, 100)
+    assert len(got) == 100 and len({x.tobytes() for x in got}) == 100
+    assert [x.tolist() for x in got[:2]] == [codec.encode(p).tolist() for p in plans[:2]]

@@ -447,9 +447,9 @@ def polish(codec: JointCodec, scorer: JointScorer, x: np.ndarray, rng: np.random
         best = scorer.score(x)
 
 
-def seed_plans(problem: MultiProblem, objective: str, deadline: Deadline) -> tuple[list[JointPlan], list[JointPlan]]:
+def seed_plans(problem: MultiProblem, objective: str, deadline: Deadline) -> list[JointPlan]:
     """The baselines' joint plans (those ``deadline`` leaves time for; alone-best-pu first,
-    which costs no search), and every mix of their network plans."""
+    which costs no search)."""
     found = [alone_best_pu_plan(problem)]
     try:
         found.append(npu_only_plan(problem))
@@ -463,9 +463,24 @@ def seed_plans(problem: MultiProblem, objective: str, deadline: Deadline) -> tup
             found.append(plan)
     except OutOfTime:
         pass
-    names = [n.name for n in problem.networks]
-    options = [list({id(p.plans[m]): p.plans[m] for p in found}.values()) for m in names]
-    return found, [JointPlan(dict(zip(names, combo)), instance=problem.name) for combo in itertools.product(*options)]
+    return found
+
+
+def mixed_seeds(codec: JointCodec, plans: list[JointPlan], count: int) -> list[np.ndarray]:
+    """The first ``count`` distinct genes of the plans, then of their mixes network by network
+    (each network's part taken from any of the plans, in ``itertools.product``'s order). There
+    are up to len(plans) ** networks mixes, so only those a population takes are built; each
+    network's parts are distinct, so every mix is a new vector and the walk ends after at most
+    ``count`` of them."""
+    vectors = [codec.encode(p) for p in plans]
+    parts = [list({codec.part(x, j).tobytes(): codec.part(x, j) for x in vectors}.values())
+             for j in range(len(codec.pus))]
+    out: dict[bytes, np.ndarray] = {}
+    for x in itertools.chain(vectors, map(np.concatenate, itertools.product(*parts))):
+        out.setdefault(x.tobytes(), x)
+        if len(out) == count:
+            break
+    return list(out.values())
 
 
 def _nsga2(codec: JointCodec, scorer: JointScorer, initial: np.ndarray, pop_size: int, deadline: Deadline):
@@ -513,8 +528,7 @@ def _round(codec: JointCodec, scorer: JointScorer, seeds: list[np.ndarray], rng:
     pairs one round of the whole work limit misses the best plan known more often than three
     rounds of a third). The archive is shared, so the final plan is the best of all rounds."""
     used = len(scorer.scores)
-    start = seeds[:pop_size]
-    initial = np.array(start + [_random_plan(codec, rng) for _ in range(pop_size - len(start))])
+    initial = np.array(seeds + [_random_plan(codec, rng) for _ in range(pop_size - len(seeds))])
     scorer.max_evaluations = None if cap is None else used + int((cap - used) * GA_SHARE)
     t = deadline.remaining()
     ga_deadline = Deadline(None if t is None else t * GA_SHARE)
@@ -566,8 +580,8 @@ def solve_nsga2(problem: MultiProblem, *, objective: MultiAxis = "fairness", tim
     codec = JointCodec(problem, shared_pus)
     scorer = JointScorer(codec, objective, max_evaluations)
     left = search.remaining()
-    baselines, mixes = seed_plans(problem, objective, Deadline(None if left is None else left / 2))
-    seeds = list({scorer.key(x): x for x in map(codec.encode, baselines + mixes)}.values())
+    baselines = seed_plans(problem, objective, Deadline(None if left is None else left / 2))
+    seeds = mixed_seeds(codec, baselines, pop_size)
     rng = np.random.default_rng(seed)
     stats = {"generations_run": 0, "polished": 0}
     stopped_by, reached = None, False

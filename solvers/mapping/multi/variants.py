@@ -24,10 +24,13 @@ an option's time less the input/output phase it carries.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
 from pipeplan.solvers.mapping.chain_options import Option, Variant, variants
+
+MAX_COMBINATIONS = 1 << 16   # 30 networks of one to two variants each: 3.6 s, 260 MB to set up (3 s limit)
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,13 @@ def _phase(prof, o: Option, i: int, n: int) -> float:
 
 def combinations(problem: MultiProblem) -> list[tuple[JointVariant, ...]]:
     """Every combination of one joint variant per network; the cheap ones first (whole-graph
-    variants are single plans), so that they give the larger models an incumbent to beat."""
+    variants are single plans), so that they give the larger models an incumbent to beat.
+    ValueError beyond ``MAX_COMBINATIONS``: their number multiplies with every network, and
+    the exact models prove nothing before each one's model is closed."""
     per_net = [network_variants(problem, n) for n in problem.networks]
+    count = math.prod(map(len, per_net))
+    if count > MAX_COMBINATIONS:
+        raise ValueError(f"{len(per_net)} networks make {count:.3g} variant combinations, more than the "
+                         f"{MAX_COMBINATIONS:,} the exact joint models solve one by one: use nsga2 or a baseline")
     combos = list(itertools.product(*per_net))
     return sorted(combos, key=lambda c: -sum(jv.variant.single_stage for jv in c))

@@ -47,12 +47,14 @@ is the same on any machine load; for the exact solvers):
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.problem import MappingProblem
 
 # relative precision of the forced-placement bisection (the bound is the refuted end: valid)
@@ -215,8 +217,8 @@ class ProblemArrays:
     Past the budget a test answers "not refuted", which keeps every bound valid and makes it
     the same on any machine (work, not time, decides where it stops)."""
 
-    def __init__(self, problem: MappingProblem, budget: float = TEST_BUDGET):
-        self.visits, self.budget = 0, budget
+    def __init__(self, problem: MappingProblem, budget: float = TEST_BUDGET, deadline: Deadline | None = None):
+        self.visits, self.budget, self.deadline = 0, budget, deadline
         prof = problem.profile
         self.pus = list(prof.pus)
         n, k = len(problem.units), len(self.pus)
@@ -227,7 +229,7 @@ class ProblemArrays:
                     if v is not None:
                         self.t[i, j] = min(self.t[i, j], v)
         self.edges = [(problem.index[e.src], problem.index[e.dst]) for e in problem.edges]
-        self.x = _transfer_matrix(problem, self.pus)
+        self.x = _transfer_matrix(problem, self.pus, deadline)
 
         def phase(table) -> np.ndarray:
             return np.array([min((ph.time_ms for ph in table.get(p, {}).values()), default=0.0) for p in self.pus])
@@ -238,11 +240,25 @@ class ProblemArrays:
             self.preds[b].append(k_)
             self.succs[a].append(k_)
 
+    def with_budget(self, budget: float) -> ProblemArrays:
+        """The same arrays (never written after they are made) with a work count of its own."""
+        out = copy.copy(self)
+        out.visits, out.budget = 0, budget
+        return out
 
-def _transfer_matrix(problem: MappingProblem, pus: list[str]) -> np.ndarray:
+    def check_clock(self) -> None:
+        """OutOfTime past the deadline the arrays were made with (a work budget keeps a test
+        the same on any machine; the clock is what a time limit promises besides)."""
+        if self.deadline is not None:
+            self.deadline.check()
+
+
+def _transfer_matrix(problem: MappingProblem, pus: list[str], deadline: Deadline | None = None) -> np.ndarray:
     tr = problem.profile.transfers
     out = np.zeros((len(problem.edges), len(pus), len(pus)))
     for k, e in enumerate(problem.edges):
+        if deadline is not None and k % 256 == 0:
+            deadline.check()
         for a, pa in enumerate(pus):
             for b, pb in enumerate(pus):
                 if a != b:
@@ -284,23 +300,30 @@ def load_balance(problem: MappingProblem, work_limit: float = 2.0, data: Problem
 
 
 def _load_lp(d: ProblemArrays, dom: np.ndarray) -> float | None:
-    """The least period of the load-balancing LP over domains ``dom`` (None if infeasible)."""
+    """The least period of the load-balancing LP over domains ``dom``: None if it is infeasible,
+    0 (no argument) if HiGHS ends without an answer; OutOfTime past the arrays' deadline."""
     from scipy.optimize import linprog
-    from scipy.sparse import lil_matrix
+    from scipy.sparse import coo_matrix
 
-    cells = np.argwhere(dom)
+    d.check_clock()
+    rows, cols = np.nonzero(dom)
     n, k = dom.shape
-    a_eq = lil_matrix((n, len(cells) + 1))
-    a_ub = lil_matrix((k, len(cells) + 1))
-    for col, (i, j) in enumerate(cells):
-        a_eq[i, col] = 1.0
-        a_ub[j, col] = d.t[i, j]
-    a_ub[:, len(cells)] = -1.0
-    c = np.zeros(len(cells) + 1)
+    m = len(rows)
+    col = np.arange(m)
+    a_eq = coo_matrix((np.ones(m), (rows, col)), shape=(n, m + 1)).tocsr()
+    a_ub = coo_matrix((np.concatenate([d.t[rows, cols], -np.ones(k)]),
+                       (np.concatenate([cols, np.arange(k)]), np.concatenate([col, np.full(k, m)]))),
+                      shape=(k, m + 1)).tocsr()
+    c = np.zeros(m + 1)
     c[-1] = 1.0
-    res = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.zeros(k), A_eq=a_eq.tocsr(), b_eq=np.ones(n),
-                  bounds=[(0, 1)] * len(cells) + [(0, None)], method="highs")
-    return float(res.fun) if res.status == 0 else None
+    left = None if d.deadline is None else d.deadline.remaining()
+    res = linprog(c, A_ub=a_ub, b_ub=np.zeros(k), A_eq=a_eq, b_eq=np.ones(n),
+                  bounds=[(0, 1)] * m + [(0, None)], method="highs",
+                  options={} if left is None else {"time_limit": max(left, 1e-3)})
+    if res.status == 0:
+        return float(res.fun)
+    d.check_clock()
+    return None if res.status == 2 else 0.0
 
 
 @dataclass(frozen=True)
@@ -316,13 +339,15 @@ class Windows:
 
 
 def period_windows(problem: MappingProblem, period: float, stages: tuple[int, ...] | None = None,
-                   data: ProblemArrays | None = None, latency: bool = False) -> Windows | None:
+                   data: ProblemArrays | None = None, latency: bool = False,
+                   deadline: Deadline | None = None) -> Windows | None:
     """The windows of every unit in a plan with disjoint PU sets and a period <= ``period``, or
     None when the forced-placement test proves that there is no such plan. ``stages`` (the stage
     of each PU, profile order) restricts the test to plans of that configuration, where whether
     an edge stays inside a stage is known, not inferred. ``latency``: the test of a latency <=
-    ``period`` instead (heads and tails then count from the frame's start and to its end)."""
-    d = data or ProblemArrays(problem)
+    ``period`` instead (heads and tails then count from the frame's start and to its end).
+    ``deadline`` (when no ``data`` is given): OutOfTime once it passes."""
+    d = data or ProblemArrays(problem, deadline=deadline)
     found = _propagate(d, period, None if stages is None else np.asarray(stages), latency)
     return None if found is None else Windows(tuple(d.pus), *found)
 
@@ -353,6 +378,7 @@ def _propagate(d: ProblemArrays, period: float, stages: np.ndarray | None = None
     limit = period * (1 + 1e-12)
     for _ in range(n + 1):                     # domain propagation to a fixed point
         d.visits += 2 * (n + len(d.edges))
+        d.check_clock()
         if not dom.any(axis=1).all():
             return None
         forced = dom & (dom.sum(axis=1) == 1)[:, None]

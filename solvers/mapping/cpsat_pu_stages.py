@@ -43,7 +43,7 @@ import itertools
 import math
 
 from pipeplan.core.deadline import Deadline
-from pipeplan.formulations.mapping.bounds import identical_pus, period_windows
+from pipeplan.formulations.mapping.bounds import ProblemArrays, identical_pus, period_windows
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import paced, transfer_times
@@ -54,7 +54,8 @@ CAP_TICK = 100 * US    # capped models count time in 10 ns, so that rounding dow
 
 class PuStageCpModel(CpModelBase):
     def __init__(self, problem: MappingProblem, *, max_stages: int | None = None,
-                 deadline: Deadline | None = None, period_cap: float | None = None):
+                 deadline: Deadline | None = None, period_cap: float | None = None,
+                 data: ProblemArrays | None = None):
         from ortools.sat.python import cp_model  # here, so that the registry loads without it
 
         super().__init__(problem, deadline)
@@ -78,7 +79,7 @@ class PuStageCpModel(CpModelBase):
         self.infeasible_cap = False
         t_in = {p: self.phase(prof.input_stage, p, q) for p in pus}
         t_out = {p: self.phase(prof.output_stage, p, q) for p in pus}
-        windows = None if period_cap is None else period_windows(problem, period_cap)
+        windows = None if period_cap is None else period_windows(problem, period_cap, data=data, deadline=deadline)
         if period_cap is not None and windows is None:
             self.infeasible_cap = True          # refuted by the forced-placement test: no model needed
             return

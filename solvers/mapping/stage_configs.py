@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 from pipeplan.formulations.mapping.bounds import (
+    TEST_BUDGET,
     VISITS_PER_WORK,
     Bound,
     ProblemArrays,
@@ -107,7 +108,9 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
     # period and latency: the capped model (a plan with latency <= L also has period <= L)
     capped = objective in ("period", "latency") and "energy_mj" not in (eps or {})
     try:
-        model = _build(problem, objective, out.upper if capped else None, deadline, max_stages, eps)
+        arrays = ProblemArrays(problem, deadline=deadline)
+        model = _build(problem, objective, out.upper if capped else None, deadline, max_stages, eps,
+                       arrays.with_budget(TEST_BUDGET))
     except OutOfTime:
         out.stopped_by = "time"
         return out
@@ -116,7 +119,7 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
         return out
     built_at = out.upper
     budget = VISITS_PER_WORK * max(2.0, BOUND_SHARE * (work_limit or deadline.remaining() or 16.0))
-    data, solve_data = ProblemArrays(problem, budget), ProblemArrays(problem)
+    data, solve_data = arrays.with_budget(budget), arrays.with_budget(TEST_BUDGET)
     out.configs = [Config(stages, lower.value) for stages in stage_configurations(problem, max_stages)]
     try:
         if capped:     # the forced-placement test with the configuration known: first at the cap,
@@ -133,7 +136,8 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
                     config.lower = configuration_bound(problem, config.stages, config.lower, target, data, latency)
         while True:
             if capped and out.upper < built_at * (1 - REBUILD_GAIN):
-                rebuilt = _build(problem, objective, out.upper, deadline, max_stages, eps)
+                rebuilt = _build(problem, objective, out.upper, deadline, max_stages, eps,
+                                 arrays.with_budget(TEST_BUDGET))
                 if rebuilt is None:
                     for c in out.configs:
                         c.lower, c.closed = max(c.lower, out.upper), True
@@ -171,9 +175,9 @@ def search_configurations(problem: MappingProblem, objective: str, incumbent: Pl
         return out
 
 
-def _build(problem, objective, cap, deadline, max_stages, eps):
+def _build(problem, objective, cap, deadline, max_stages, eps, data):
     """The model every configuration is cut from: capped at the incumbent for the period."""
-    model = PuStageCpModel(problem, max_stages=max_stages, deadline=deadline, period_cap=cap)
+    model = PuStageCpModel(problem, max_stages=max_stages, deadline=deadline, period_cap=cap, data=data)
     if model.infeasible_cap:
         return None
     for k, value in (eps or {}).items():   # relaxed by the rounding: plans found are checked exactly

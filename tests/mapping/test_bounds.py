@@ -90,3 +90,33 @@ def test_forced_placement_lifts_the_bound_on_alexnet_to_its_optimum():
     found = {b.source: b.value for b in certified_bounds(problem)["period_ms"]}
     assert found["forced-placement"] > found["load-balance"] >= found["load-balance-lp"]
     assert found["forced-placement"] == pytest.approx(19.1423, rel=1e-4)
+
+
+def test_forced_placement_test_keeps_the_clock_and_its_lp_matches_the_dense_one():
+    """The windows' test stops at the deadline (it had run 4.4 s past a 3 s limit on 20,000
+    units: a fixed point per unit and a load LP over every unit-PU pair); the sparse LP it builds
+    gives the dense LP's least period."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    from pipeplan.core.deadline import OutOfTime
+    from pipeplan.formulations.mapping.bounds import ProblemArrays, _load_lp
+    problem = load_mapping("a311d/bvlc_alexnet")
+    with pytest.raises(OutOfTime):               # while its arrays are made
+        period_windows(problem, 100.0, deadline=Deadline(0.0))
+    arrays = ProblemArrays(problem)
+    late = arrays.with_budget(1e9)
+    late.deadline = Deadline(0.0)
+    with pytest.raises(OutOfTime):               # inside the test
+        period_windows(problem, 100.0, data=late)
+    assert period_windows(problem, 100.0, data=arrays) is not None
+    dom = np.isfinite(arrays.t)
+    cells = np.argwhere(dom)
+    n, k = dom.shape
+    a_eq, a_ub = np.zeros((n, len(cells) + 1)), np.zeros((k, len(cells) + 1))
+    for col, (i, j) in enumerate(cells):
+        a_eq[i, col], a_ub[j, col] = 1.0, arrays.t[i, j]
+    a_ub[:, -1] = -1.0
+    dense = linprog(np.r_[np.zeros(len(cells)), 1.0], A_ub=a_ub, b_ub=np.zeros(k), A_eq=a_eq, b_eq=np.ones(n),
+                    bounds=[(0, 1)] * len(cells) + [(0, None)], method="highs")
+    assert _load_lp(arrays, dom) == pytest.approx(dense.fun, rel=1e-9)

@@ -37,6 +37,11 @@ KNOWN_COSTS = {
     ("gradcode", "cr"): "CR returns only a verified code, and verifying even one straggler set of a dense "
                         "random CR code is one least-squares solve (an SVD) of an (n-s) x n matrix: 3-5 s on one "
                         "core at n = 2,000, more than a 3 s limit holds; the limit stops the seed search after it",
+    ("gradcode", "hetero-aware"): "its code is one QR of the n x n matrix of its encoding and is returned verified, "
+                                  "as CR's (an SVD of an (n-s) x n matrix): seconds each at n = 2,001, and a LAPACK "
+                                  "call cannot be stopped part-way",
+    ("gradcode", "general"): "it returns the best of its codes, each verified as CR's (an SVD of an (n-s) x n "
+                             "matrix: seconds at n = 2,001, and a LAPACK call cannot be stopped part-way)",
 }
 
 

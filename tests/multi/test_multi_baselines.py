@@ -6,14 +6,17 @@ from pipeplan.core.result import Quality, Termination
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, reference_fps
 from pipeplan.formulations.mapping.multi.plan import joint_plan_from_dict
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
 from pipeplan.formulations.mapping.problem import restrict_pus
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.multi import load_multi
 from pipeplan.solvers.mapping.cpsat import solve_cpsat
 from pipeplan.solvers.mapping.multi.baselines import (
+    alone_best_pu_plan,
     greedy_partition_plan,
     own_optimum,
     own_optimum_on,
+    own_optimum_plan,
     solve_alone_best_pu,
     solve_greedy_partition,
     solve_npu_only,
@@ -155,3 +158,16 @@ def test_energy_needs_demanded_rates():
         solve_alone_best_pu(tiny_pair(), objective="energy")
     r = solve_greedy_partition(tiny_pair(a={"min_fps": 20.0}, b={"min_fps": 20.0}), objective="energy")
     assert r.quality == Quality.FEASIBLE and r.objectives["power_mw"] > 0
+
+
+def test_networks_that_run_one_model_share_its_work_and_get_its_plans():
+    """Six streams of two models: each model's best single PU, own optimum and reference rate
+    are worked out once, and every network gets what it gets alone."""
+    models = [load_mapping("khadas-vim3/YOLOv3"), load_mapping("khadas-vim3/MobileV1")]
+    streams = MultiProblem("streams", tuple(Network(f"s{i}", models[i % 2]) for i in range(6)))
+    for net in streams.networks:
+        alone = MultiProblem("alone", (Network(net.name, net.problem),))
+        assert alone_best_pu_plan(streams).plans[net.name] == alone_best_pu_plan(alone).plans[net.name]
+        assert own_optimum_plan(streams)[0].plans[net.name] == own_optimum_plan(alone)[0].plans[net.name]
+        assert reference_fps(net) == reference_fps(Network("fresh", net.problem))
+    assert alone_best_pu_plan(streams).plans["s0"] != alone_best_pu_plan(streams).plans["s1"]

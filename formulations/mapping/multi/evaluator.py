@@ -50,6 +50,7 @@ from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, 
 from pipeplan.formulations.mapping.multi.plan import JointPlan, joint_plan_from_dict
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
 from pipeplan.formulations.mapping.plan import plan_from_assignment
+from pipeplan.formulations.mapping.problem import MappingProblem
 
 TOL = 1e-9
 
@@ -66,22 +67,22 @@ def single_pu_plans(network: Network) -> dict:
     return out
 
 
-_REFERENCES: dict[int, tuple[Network, float]] = {}    # id -> (the network, kept alive; its rate)
+_REFERENCES: dict[int, tuple[MappingProblem, float]] = {}    # id -> (the instance, kept alive; its rate)
 
 
 def reference_fps(network: Network) -> float:
     """The network's reference rate: given in the file, else alone on its best single PU
-    (computed once per Network object)."""
+    (computed once per instance: many networks may run one model)."""
     if network.reference_fps is not None:
         return network.reference_fps
-    known = _REFERENCES.get(id(network))
-    if known is not None and known[0] is network:
+    known = _REFERENCES.get(id(network.problem))
+    if known is not None and known[0] is network.problem:
         return known[1]
     plans = single_pu_plans(network)
     if not plans:
         raise ValueError(f"network {network.name}: no single PU runs every unit; give reference_fps in the instance")
     rate = max(evaluate(network.problem, p).throughput_fps for p in plans.values())
-    _REFERENCES[id(network)] = (network, rate)
+    _REFERENCES[id(network.problem)] = (network.problem, rate)
     return rate
 
 

@@ -106,7 +106,11 @@ def best_single_pu(network: Network) -> tuple[str, Plan]:
 
 
 def alone_best_pu_plan(problem: MultiProblem) -> JointPlan:
-    return JointPlan({n.name: best_single_pu(n)[1] for n in problem.networks}, instance=problem.name)
+    best: dict[int, Plan] = {}         # per distinct instance: many networks may run one model
+    for n in problem.networks:
+        if id(n.problem) not in best:
+            best[id(n.problem)] = best_single_pu(n)[1]
+    return JointPlan({n.name: best[id(n.problem)] for n in problem.networks}, instance=problem.name)
 
 
 def npu_of(problem: MultiProblem) -> str:
@@ -136,11 +140,12 @@ def npu_only_plan(problem: MultiProblem) -> JointPlan:
 
 def own_optimum_plan(problem: MultiProblem, deadline: Deadline | None = None) -> tuple[JointPlan, bool]:
     """Every network's :func:`own_optimum`, and whether every search finished."""
-    plans, complete = {}, True
+    found: dict[int, tuple[Plan, bool]] = {}     # per distinct instance: many networks may run one model
     for n in problem.networks:
-        plans[n.name], done = own_optimum(n.problem, deadline)
-        complete = complete and done
-    return JointPlan(plans, instance=problem.name), complete
+        if id(n.problem) not in found:
+            found[id(n.problem)] = own_optimum(n.problem, deadline)
+    plans = {n.name: found[id(n.problem)][0] for n in problem.networks}
+    return JointPlan(plans, instance=problem.name), all(done for _, done in found.values())
 
 
 def greedy_partition_plan(problem: MultiProblem, objective: str = "fairness",

@@ -71,3 +71,16 @@ def test_cpsat_on_a_realistic_engine_is_feasible_and_rescored():
     s = replay(p, r.plan)
     assert check(p, s) == [] and s.metrics() == pytest.approx(r.objectives)
     assert r.objectives["train_end_s"] >= r.bound["train_end_s"]
+
+
+def test_a_model_built_too_late_to_load_is_left_unsolved(monkeypatch):
+    """CP-SAT spends about 0.2 x the build time loading a model before it reads its time limit
+    (5.6 s at R = 2,000 with 0.1 s left): with less left than that share the hint comes back."""
+    from pipeplan.solvers.rollout import cpsat
+    problem = tiny_instance(0)
+    monkeypatch.setattr(cpsat, "LOAD_PER_BUILD", 1e9)       # no time left is ever enough
+    r = pipeplan.solve(problem, "cpsat", time_limit=20, threads=1)
+    assert r.termination is Termination.TIME_LIMIT and r.quality is Quality.FEASIBLE
+    assert "built with too little of the time limit left to load it" in r.message
+    monkeypatch.setattr(cpsat, "LOAD_PER_BUILD", 0.25)
+    assert pipeplan.solve(problem, "cpsat", time_limit=20, threads=1).termination is Termination.OPTIMAL

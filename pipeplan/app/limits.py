@@ -37,6 +37,8 @@ KNOWN_COSTS = {
     ("gradcode", "cr"): "CR returns only a verified code, and verifying even one straggler set of a dense "
                         "random CR code is one least-squares solve (an SVD) of an (n-s) x n matrix: 3-5 s on one "
                         "core at n = 2,000, more than a 3 s limit holds; the limit stops the seed search after it",
+    ("gradcode", "pgc-cr"): "pipelined CR is built and verified as CR is (an SVD of an (n-s) x n matrix: 3-5 s on one "
+                            "core at n = 2,000)",
     ("gradcode", "hetero-aware"): "its code is one QR of the n x n matrix of its encoding and is returned verified, "
                                   "as CR's (an SVD of an (n-s) x n matrix): seconds each at n = 2,001, and a LAPACK "
                                   "call cannot be stopped part-way",
@@ -111,11 +113,13 @@ def measure(system: str, solver: str, size: int, limit: float) -> LimitRun:
                                 stdout=out, stderr=err, text=True)
         timer = threading.Timer(kill_after(limit), proc.kill)
         timer.start()
+        reaped = False
         try:
             _, status, usage = os.wait4(proc.pid, 0)    # this child's own peak memory, not the largest child's
+            reaped = True
         finally:
             timer.cancel()
-            if proc.returncode is None and proc.poll() is None:
+            if not reaped:
                 proc.kill()
                 proc.wait()
         wall = time.perf_counter() - began

@@ -25,14 +25,19 @@ def multi_names() -> list[str]:
 def load_multi_file(path: str | Path) -> MultiProblem:
     path = Path(path)
     source = str(path)
+    loaded: dict[str, object] = {}     # networks that name one instance share it (and its per-model work)
 
     def load(instance: str, field: str):
+        if instance in loaded:
+            return loaded[instance]
         if instance.endswith(".json"):
-            return load_mapping(str(inside_folder(path.parent, instance, source, field)))
+            loaded[instance] = load_mapping(str(inside_folder(path.parent, instance, source, field)))
+            return loaded[instance]
         try:
-            return load_mapping(instance)
+            loaded[instance] = load_mapping(instance)
         except InputError as exc:
             raise InputError(source, field, exc.message) from None
+        return loaded[instance]
 
     return multi_problem_from_dict(load_json(path), source, load)
 

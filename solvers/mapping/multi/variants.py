@@ -50,9 +50,10 @@ class JointVariant:
         return o.time - _phase(self.network.problem.profile, o, i, len(self.variant.options))
 
 
-def network_variants(problem: MultiProblem, net: Network) -> list[JointVariant]:
-    """The joint variants of one network (module docstring); top DVFS levels."""
-    base = variants(net.problem, dvfs=False)
+def network_variants(problem: MultiProblem, net: Network, base: list[Variant] | None = None) -> list[JointVariant]:
+    """The joint variants of one network (module docstring); top DVFS levels. ``base``: its
+    model's single-network variants, when already known."""
+    base = variants(net.problem, dvfs=False) if base is None else base
     prof = net.problem.profile
     if problem.sharing == "partitioned":
         return [JointVariant(net, v, ()) for v in base]
@@ -97,7 +98,11 @@ def combinations(problem: MultiProblem) -> list[tuple[JointVariant, ...]]:
     variants are single plans), so that they give the larger models an incumbent to beat.
     ValueError beyond ``MAX_COMBINATIONS``: their number multiplies with every network, and
     the exact models prove nothing before each one's model is closed."""
-    per_net = [network_variants(problem, n) for n in problem.networks]
+    base: dict[int, list[Variant]] = {}      # per distinct instance: many networks may run one model
+    for n in problem.networks:
+        if id(n.problem) not in base:
+            base[id(n.problem)] = variants(n.problem, dvfs=False)
+    per_net = [network_variants(problem, n, base[id(n.problem)]) for n in problem.networks]
     count = math.prod(map(len, per_net))
     if count > MAX_COMBINATIONS:
         raise ValueError(f"{len(per_net)} networks make {count:.3g} variant combinations, more than the "

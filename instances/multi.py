@@ -27,16 +27,17 @@ def load_multi_file(path: str | Path) -> MultiProblem:
     source = str(path)
     loaded: dict[str, object] = {}     # networks that name one instance share it (and its per-model work)
 
-    def load(instance: str, field: str):
-        if instance in loaded:
-            return loaded[instance]
+    def load_one(instance: str, field: str):
         if instance.endswith(".json"):
-            loaded[instance] = load_mapping(str(inside_folder(path.parent, instance, source, field)))
-            return loaded[instance]
+            return load_mapping(str(inside_folder(path.parent, instance, source, field)))
         try:
-            loaded[instance] = load_mapping(instance)
+            return load_mapping(instance)
         except InputError as exc:
             raise InputError(source, field, exc.message) from None
+
+    def load(instance: str, field: str):
+        if instance not in loaded:
+            loaded[instance] = load_one(instance, field)
         return loaded[instance]
 
     return multi_problem_from_dict(load_json(path), source, load)

@@ -24,6 +24,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from pipeplan.core.registry import get_solver
+from pipeplan.core.registry import solvers as registered
 from pipeplan.core.tables import cell, markdown_table
 
 # gradcode sizes are multiples of s + 1 = 3, so that fractional repetition applies
@@ -74,7 +76,6 @@ class LimitRun:
 
 def solvers(system: str) -> list[tuple[str, bool]]:
     """(name, takes a time limit) of every solver of ``system`` available here."""
-    from pipeplan.core.registry import solvers as registered
     return [(s.name, "time_limit" in s.params) for s in registered(system) if s.available()[0]]
 
 
@@ -136,7 +137,7 @@ def measure(system: str, solver: str, size: int, limit: float) -> LimitRun:
                else (errors.strip().splitlines() or ["no output"])[-1][:200]}
     return LimitRun(system, solver, size, limit, wall, usage.ru_maxrss / 1024, doc["termination"], doc["gap"],
                     doc["message"] if doc["termination"] in ("error", "crashed", "killed") else "",
-                    takes_limit=dict(solvers(system)).get(solver, True))
+                    takes_limit="time_limit" in get_solver(system, solver).params)
 
 
 def kill_after(limit: float) -> float:

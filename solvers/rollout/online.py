@@ -62,11 +62,10 @@ def _register(name: str, description: str):
         schedule = simulate(problem, policy)
         settled = policy.settled()
         switched = settled.get("switched_to_cgp_at_s")      # deadline past its time limit
-        return scored_result(problem, name, schedule, params={**params, **settled},
-                             termination=Termination.COMPLETED if switched is None else Termination.TIME_LIMIT,
-                             stopped_by=None if switched is None else "time",
-                             message="" if switched is None else
-                             f"past its time limit the round was admitted in CGP's order from simulated t = {switched:.1f} s on")
+        stopped = {} if switched is None else {
+            "termination": Termination.TIME_LIMIT, "stopped_by": "time",
+            "message": f"past its time limit the round was admitted in CGP's order from simulated t = {switched:.1f} s on"}
+        return scored_result(problem, name, schedule, params={**params, **settled}, **stopped)
 
     if name in TAKES_FRONTIER:
         def solve(problem, *, frontier: int = 2, staleness: int = 0):

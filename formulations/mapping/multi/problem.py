@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.mapping.problem import MappingProblem
+
+T = TypeVar("T")
 
 MULTI_SCHEMA = "pipeplan.multi-instance/1"
 SHARING = ("time_shared", "partitioned")
@@ -142,6 +144,17 @@ class MultiProblem:
         if need > 1000.0 * len(pus) * (1 + 1e-9):
             raise InputError(where, "networks", f"the demanded rates need at least {need:.0f} ms of PU time per "
                              f"second, and the {len(pus)} PUs have {1000 * len(pus)}")
+
+    def per_model(self, work: Callable[[Network], T]) -> dict[int, T]:
+        """``work(network)`` once per distinct instance, keyed by ``id(network.problem)``; the
+        first network that runs it stands for the rest. Many networks may run one model
+        (streams), and a file's networks that name one instance share it (instances/multi.py),
+        so per-model work is done once, not once per network."""
+        out: dict[int, T] = {}
+        for n in self.networks:
+            if id(n.problem) not in out:
+                out[id(n.problem)] = work(n)
+        return out
 
     @property
     def pu_names(self) -> tuple[str, ...]:

@@ -106,10 +106,7 @@ def best_single_pu(network: Network) -> tuple[str, Plan]:
 
 
 def alone_best_pu_plan(problem: MultiProblem) -> JointPlan:
-    best: dict[int, Plan] = {}         # per distinct instance: many networks may run one model
-    for n in problem.networks:
-        if id(n.problem) not in best:
-            best[id(n.problem)] = best_single_pu(n)[1]
+    best = problem.per_model(lambda n: best_single_pu(n)[1])
     return JointPlan({n.name: best[id(n.problem)] for n in problem.networks}, instance=problem.name)
 
 
@@ -140,10 +137,7 @@ def npu_only_plan(problem: MultiProblem) -> JointPlan:
 
 def own_optimum_plan(problem: MultiProblem, deadline: Deadline | None = None) -> tuple[JointPlan, bool]:
     """Every network's :func:`own_optimum`, and whether every search finished."""
-    found: dict[int, tuple[Plan, bool]] = {}     # per distinct instance: many networks may run one model
-    for n in problem.networks:
-        if id(n.problem) not in found:
-            found[id(n.problem)] = own_optimum(n.problem, deadline)
+    found = problem.per_model(lambda n: own_optimum(n.problem, deadline))
     plans = {n.name: found[id(n.problem)][0] for n in problem.networks}
     return JointPlan(plans, instance=problem.name), all(done for _, done in found.values())
 

@@ -37,10 +37,8 @@ def analytic_bound(problem: MultiProblem, objective: str) -> float | None:
     must fit every second. None for energy."""
     pus = len(problem.pu_names)
     p_lb, w_lb, ref = {}, {}, {}
-    period: dict[int, float] = {}      # per distinct instance: many networks may run one model
+    period = problem.per_model(lambda n: best_analytic(n.problem)["period_ms"].value)
     for n in problem.networks:
-        if id(n.problem) not in period:
-            period[id(n.problem)] = best_analytic(n.problem)["period_ms"].value
         p_lb[n.name] = period[id(n.problem)]
         w_lb[n.name] = n.least_work_ms()
         ref[n.name] = reference_fps(n)

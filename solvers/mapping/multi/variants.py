@@ -98,10 +98,7 @@ def combinations(problem: MultiProblem) -> list[tuple[JointVariant, ...]]:
     variants are single plans), so that they give the larger models an incumbent to beat.
     ValueError beyond ``MAX_COMBINATIONS``: their number multiplies with every network, and
     the exact models prove nothing before each one's model is closed."""
-    base: dict[int, list[Variant]] = {}      # per distinct instance: many networks may run one model
-    for n in problem.networks:
-        if id(n.problem) not in base:
-            base[id(n.problem)] = variants(n.problem, dvfs=False)
+    base = problem.per_model(lambda n: variants(n.problem, dvfs=False))
     per_net = [network_variants(problem, n, base[id(n.problem)]) for n in problem.networks]
     count = math.prod(map(len, per_net))
     if count > MAX_COMBINATIONS:

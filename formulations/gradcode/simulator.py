@@ -47,7 +47,7 @@ def simulate_step_times(problem: GradCodeProblem, code: GradientCode, steps: int
             continue
         reply += base
         reply += costs.broadcast_s
-        out[lo:lo + m] = rule(fifo_arrivals(reply, costs.reply_s, 0.0)) + costs.decode_s
+        out[lo:lo + m] = rule(fifo_arrivals(reply, costs.reply_s, 0.0), scratch=True) + costs.decode_s
     return out
 
 

@@ -94,7 +94,9 @@ def test_kth_smallest_equals_a_partition_ties_and_inf_included(n, rows, data):
     values = st.sampled_from([0.0, 0.5, 1.0, 2.0, np.inf])           # few values: many ties
     T = np.array(data.draw(st.lists(st.lists(values, min_size=n, max_size=n), min_size=rows, max_size=rows)))
     k = data.draw(st.integers(1, n))
-    assert np.array_equal(kth_smallest(T, k), np.partition(T, k - 1, axis=1)[:, k - 1])
+    want = np.partition(T, k - 1, axis=1)[:, k - 1]
+    assert np.array_equal(kth_smallest(T, k), want)
+    assert np.array_equal(kth_smallest(T.copy(), k, overwrite=True), want)
     assert np.array_equal(kth_smallest(np.tile(T, (1, 3)), 3 * k), np.partition(np.tile(T, (1, 3)), 3 * k - 1, axis=1)[:, 3 * k - 1])
 
 

@@ -70,6 +70,23 @@ def test_exponential_and_shifted_delays_have_the_stated_means():
         assert ((D > 0).mean()) == pytest.approx(0.3, abs=0.01)
 
 
+@pytest.mark.parametrize("model", [StragglerModel(kind="exponential", mean_s=0.37),
+                                   StragglerModel(kind="shifted-exponential", mean_s=0.8, shift_s=0.25),
+                                   StragglerModel(kind="exponential", mean_s=0.0)])
+def test_delays_are_the_stream_of_a_straggling_draw_then_rng_exponential(model):
+    """Stored results are reproducible only if the draws stay those of the first sampler:
+    per chunk the straggling flags, then ``rng.exponential(mean_s)`` kept where a worker straggles."""
+    p = np.linspace(0.0, 1.0, 13)
+    got = DelaySampler(model, p, np.random.default_rng(4))
+    got = np.concatenate([got.next(50), got.next(70)])
+    rng, want = np.random.default_rng(4), []
+    for steps in (50, 70):
+        straggling = rng.random((steps, p.size)) < p
+        extra = rng.exponential(model.mean_s, size=(steps, p.size)) if model.mean_s > 0 else np.zeros((steps, p.size))
+        want.append(np.where(straggling, extra + model.shift_s, 0.0))
+    assert np.array_equal(got, np.concatenate(want))
+
+
 def test_pareto_delays_are_heavy_tailed_above_the_scale():
     D = DelaySampler(StragglerModel(kind="pareto", scale_s=0.5, alpha=1.5), [1.0] * 20,
                      np.random.default_rng(0)).next(20000)

@@ -41,17 +41,12 @@ from pipeplan.formulations.rollout.schedule import PLAN_SCHEMA
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.trainer import chunks, run_updates, stream_order
 from pipeplan.solvers.cpsat_backend import check_work_limit, set_limits, stopped_by, work_done
-from pipeplan.solvers.rollout.common import scored_result
+from pipeplan.solvers.rollout.common import scored_result, search_deadline
 from pipeplan.solvers.rollout.policies import CgpPolicy
 
 SCALE = 10**6  # trainer coefficients are kept in millionths of the time unit
 GRID = 1000    # with a linear engine, time units per decode step
 OPTIMALITY_TOL = 1e-5  # relative; what is left when update times were rounded to the time unit
-# Replaying a plan and scoring it (the simulator, the checker, the bound) take about RESCORE_S +
-# RESCORE_S_PER_REQUEST x requests seconds, measured on one core: 1.1-1.8 s at R = 2,000 (16,000
-# requests). The search stops this long before the time limit.
-RESCORE_S = 0.2
-RESCORE_S_PER_REQUEST = 1e-4
 # CP-SAT loads (and presolves) a model in about 0.2 x the time Python took to build it, before it
 # looks at its time limit (lsat-ar R = 512: 0.33 s after a 1.86 s build; R = 2,000: 5.6 s after
 # 29.9 s, with a 0.1 s limit): with less time left than this share, the model is not solved
@@ -263,8 +258,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, tau: float | Non
                          f"the offline optimum plans one round; this problem has {problem.rounds} "
                          "(simulate the online policies instead)")
     clock = Deadline(time_limit)
-    rescore = RESCORE_S + RESCORE_S_PER_REQUEST * problem.n_requests
-    search = Deadline(None if time_limit is None else max(0.0, time_limit - rescore))
+    search = search_deadline(clock, problem)
     if tau is None and not problem.engine.linear:
         tau = measured_tau(problem)
     m = fixed_model(problem, tau)

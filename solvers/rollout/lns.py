@@ -39,17 +39,8 @@ from pipeplan.core.registry import register
 from pipeplan.core.result import Termination
 from pipeplan.formulations.rollout.fixed_model import fixed_model, list_schedule
 from pipeplan.formulations.rollout.problem import RolloutProblem
-from pipeplan.solvers.rollout.common import scored_result
-from pipeplan.solvers.rollout.cpsat import (
-    RESCORE_S,
-    RESCORE_S_PER_REQUEST,
-    RolloutCpModel,
-    best_hint,
-    best_replay,
-    measured_tau,
-    model_units,
-    on_grid,
-)
+from pipeplan.solvers.rollout.common import scored_result, search_deadline
+from pipeplan.solvers.rollout.cpsat import RolloutCpModel, best_hint, best_replay, measured_tau, model_units, on_grid
 from pipeplan.solvers.rollout.online import best_policy
 
 PART_S = 5.0                   # CP-SAT's time on one part
@@ -153,7 +144,7 @@ def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, 
     if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
         raise InputError(problem.source or problem.name, "patience", f"expected a whole number >= 1, got {patience!r}")
     clock = Deadline(time_limit)
-    search_clock = Deadline(max(0.0, time_limit - RESCORE_S - RESCORE_S_PER_REQUEST * problem.n_requests))
+    search_clock = search_deadline(clock, problem)
     if tau is None and not problem.engine.linear:
         tau = measured_tau(problem)
     m = fixed_model(problem, tau)

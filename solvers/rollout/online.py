@@ -87,9 +87,10 @@ def _register(name: str, description: str):
     register("rollout", name, description=description)(solve)
 
 
-def best_policy(problem: RolloutProblem, clock: Deadline):
+def best_policy(problem: RolloutProblem, clock: Deadline, simulated: tuple = ()):
     """(name, schedule) of the online policy whose simulated train end is least (ties: the
-    catalogue's first, the slow ones last). The offline planners return it where their own plan
+    catalogue's first, the slow ones last); ``simulated``: (name, schedule) pairs simulated
+    already. The offline planners return it where their own plan
     replays later: where no just-in-time plan keeps to the engine's limits (a group's samples cannot all run at once:
     rollout/tiny-3, 33.6 s against CGP's 26.0 s), or where the moves did not lead back within
     them (sci-jl R = 96 with 3,000 moves: 854.3 s; ``fifo``'s schedule, 675.8 s, stands).
@@ -99,10 +100,12 @@ def best_policy(problem: RolloutProblem, clock: Deadline):
     against 0.05-0.24 s for the others) until ``clock``, then admits in CGP's order."""
     slow = ("defer", "deadline")
     names = sorted(POLICIES, key=lambda name: slow.index(name) + 1 if name in slow else 0)
-    runs = []
+    runs, done = list(simulated), {name for name, _ in simulated}
     # fifo first: the one simulated when time is short, where sync, first in the catalogue, is
     # the baseline that never wins (lsat-ar R = 1,000: 11,866 s against fifo's 6,421 s)
     for name in sorted(names, key=lambda name: name != "fifo"):
+        if name in done:
+            continue
         if runs and clock.expired():
             break
         params = {"time_limit": clock.remaining()} if name in slow else {}

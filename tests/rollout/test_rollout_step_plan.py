@@ -16,6 +16,7 @@ from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.formulations.rollout.workloads import preset_round
+from pipeplan.solvers.rollout.common import RESCORE_S
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
 from pipeplan.solvers.rollout.step_bound import least_last_update, step_bound
 from pipeplan.solvers.rollout.step_plan import (
@@ -404,6 +405,20 @@ def test_where_no_just_in_time_plan_fits_the_best_online_policy_stands():
     assert r.params["planned_train_end_s"] is None and r.params["fallback"] is not None
     assert r.objectives["train_end_s"] <= cgp and r.objectives["train_end_s"] < replay(
         p, StepTimeline(p).plan(StepTimeline(p).longest.copy())).metrics()["train_end_s"]
+
+
+def test_a_limit_within_the_rescoring_share_leaves_no_search_and_fifo_simulated_first():
+    """The search stops RESCORE_S (+ per request) before the limit, so the replay and the
+    re-scoring fit it; fifo is simulated before the search, the other policies only in the
+    search's time: here none, and no move is made."""
+    p = preset_round("lsat-ar", 8)
+    r = pipeplan.solve(p, "step-plan", time_limit=RESCORE_S / 2)
+    assert r.termination.value == "time_limit" and r.stopped_by == "time"
+    assert r.params["evaluations_done"] == 0 and r.params["sequence_moves_done"] == 0
+    fifo = simulate(p, make_policy("fifo")).metrics()["train_end_s"]
+    walked = replay(p, StepTimeline(p).plan(seeds(p, StepTimeline(p))[r.params["start"]])).metrics()["train_end_s"]
+    assert r.objectives["train_end_s"] == pytest.approx(min(fifo, walked))
+    assert r.params["fallback"] in (None, "fifo")
 
 
 @pytest.mark.parametrize("field", ["evaluations", "sequence_moves"])

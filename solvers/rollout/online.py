@@ -90,8 +90,8 @@ def _register(name: str, description: str):
 def best_policy(problem: RolloutProblem, clock: Deadline, simulated: tuple = ()):
     """(name, schedule) of the online policy whose simulated train end is least (ties: the
     catalogue's first, the slow ones last); ``simulated``: (name, schedule) pairs simulated
-    already. The offline planners return it where their own plan
-    replays later: where no just-in-time plan keeps to the engine's limits (a group's samples cannot all run at once:
+    already. The offline planners return it where their own plan replays later: where no
+    just-in-time plan keeps to the engine's limits (a group's samples cannot all run at once:
     rollout/tiny-3, 33.6 s against CGP's 26.0 s), or where the moves did not lead back within
     them (sci-jl R = 96 with 3,000 moves: 854.3 s; ``fifo``'s schedule, 675.8 s, stands).
     Past ``clock`` no further policy is simulated (the first always is); the slow ones come

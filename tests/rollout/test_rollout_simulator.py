@@ -186,8 +186,11 @@ def test_defer_chooses_the_count_whose_round_ends_first():
     # here holding some groups back beats slack's order (held = 0) by more than 2%
     assert r.params["chosen"] > 0 and r.objectives["train_end_s"] < 0.98 * ends[0]
     # without time to choose, it is slack
+    assert (r.params["counts_tried"], r.params["counts"], r.termination.value) == (32, 32, "completed")
     quick = pipeplan.solve(p, "defer", time_limit=1e-9)
     assert quick.params["chosen"] == 0 and quick.objectives["train_end_s"] == pytest.approx(ends[0], rel=1e-12)
+    assert quick.params["counts_tried"] == 1 and quick.termination.value == "time_limit"
+    assert "after 1 of 32 counts" in quick.message and quick.stopped_by == "time"
 
 
 def test_defer_counts_beyond_33_are_spread_evenly():

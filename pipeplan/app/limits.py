@@ -44,8 +44,9 @@ KNOWN_COSTS = {
     ("gradcode", "pgc-cr"): f"pipelined CR is built and verified as CR is: {_VERIFIED}",
     ("gradcode", "hetero-aware"): "its code is one QR of the n x n matrix of its encoding (about 1.5 s), "
                                   f"then {_VERIFIED}",
-    ("gradcode", "general"): "its bound model and group search come first; then, when they found no code in time, "
-                             f"the heterogeneity-aware code (a QR of about 1.5 s), {_VERIFIED}",
+    ("gradcode", "general"): "its bound model and group search come first, then the quick placements (greedy, FR) "
+                             "or, where it holds none, the heterogeneity-aware code (a QR of about 1.5 s), "
+                             f"{_VERIFIED}",
 }
 
 

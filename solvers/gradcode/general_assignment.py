@@ -54,7 +54,13 @@ from pipeplan.formulations.gradcode.coverage_bound import coverage_step_times, l
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
 from pipeplan.solvers.gradcode import cpsat
-from pipeplan.solvers.gradcode.assignment import assignment_data, code_from_assignment, draw_scenarios
+from pipeplan.solvers.gradcode.assignment import (
+    assignment_data,
+    code_from_assignment,
+    draw_scenarios,
+    fr_shape,
+    greedy_shape,
+)
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
 from pipeplan.solvers.gradcode.heterogeneous import hetero_aware_code, speed_loads
 from pipeplan.solvers.gradcode.team_codes import MAX_TEAM_LITERALS, groups_as_teams, solve_teams, team_code
@@ -70,6 +76,10 @@ TEAM_WORK = 2.0
 # team per block (the choice is still scored on all of them): measured on hetero-n24-s2, 40 s of
 # search found 1.518 s (out of sample) that way, 1.724 s with 32 scenarios and two extra teams.
 LARGE_N, LARGE_SCENARIOS = 16, 16
+# Past its clock general builds a random code only up to this many workers, where one code and
+# its verified straggler set take well under a second (2.5-4 s at n = 2,001), or where it
+# holds no other code
+CHEAP_RANDOM_N = 500
 VALIDATION = 1024
 
 
@@ -252,11 +262,18 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
         consider("teams", team_code(problem, found, "general"))
     if team_why == "time":
         why = "time"
-    # the random codes: building and verifying one takes seconds at n = 2,000 (a QR and
-    # straggler-set solves of a dense 2,000-worker matrix), so past the clock no more are built
-    speed = speed_loads(problem)
-    first = {"hetero-aware": hetero_aware_code(problem, speed, seed=seed, tries=1, scheme="general",
-                                               deadline=search)}
+    if answer is None or answer.state != "optimal":
+        # the group search was cut: the quick placements compete, as in the exact solvers' results
+        for name, shape in (("greedy", greedy_shape(data)), ("fr", fr_shape(data))):
+            if shape is not None:
+                consider(name, code_from_assignment(data, *shape, "general"))
+    # the random codes: building and verifying one takes seconds at n = 2,000 (a QR and a
+    # straggler-set solve of a dense 2,000-worker matrix), so past the clock one is built only
+    # where no code is at hand or it is cheap (at most CHEAP_RANDOM_N workers)
+    speed, first = speed_loads(problem), {}
+    if not search.expired() or not candidates or problem.n <= CHEAP_RANDOM_N:
+        first["hetero-aware"] = hetero_aware_code(problem, speed, seed=seed, tries=1, scheme="general",
+                                                  deadline=search)
     if not search.expired():
         starts = [speed] + ([bound_loads] if bound_loads is not None else [])
         tuned = min((tune_loads(problem, start, scen, search) for start in starts),

@@ -221,3 +221,19 @@ def test_general_past_its_clock_builds_no_more_random_codes():
     r = pipeplan.solve(load_instance("gradcode/synthetic-n200"), "general", time_limit=0.01)
     assert r.termination.value == "time_limit" and r.quality.value == "feasible"
     assert "hetero-aware" in r.message and "hetero-tuned" not in r.message
+    assert "greedy" in r.message         # the group search cut, the quick placements compete
+
+
+def test_general_past_its_clock_above_the_cheap_size_keeps_the_quick_placements():
+    """Above CHEAP_RANDOM_N workers, past the clock with the quick placements at hand, no random
+    code is built (at n = 2,001 one took 2.5-4 s past a 3 s limit); the one chosen is re-scored and
+    verified like any other, and here the greedy placement beats FR on the validation scenarios."""
+    from pipeplan.instances.gradcode import load_instance
+    from pipeplan.solvers.gradcode.general_assignment import CHEAP_RANDOM_N
+
+    problem = load_instance("gradcode/synthetic-n504")
+    assert problem.n > CHEAP_RANDOM_N and problem.n % (problem.s + 1) == 0
+    r = pipeplan.solve(problem, "general", time_limit=0.01)
+    assert r.termination.value == "time_limit" and r.quality.value == "feasible"
+    assert "hetero" not in r.message and "greedy" in r.message and "fr " in r.message
+    assert r.plan["verification"]["decodable"] and r.plan["verification"]["proven"]

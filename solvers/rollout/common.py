@@ -17,10 +17,15 @@ RESCORE_S = 0.2
 RESCORE_S_PER_REQUEST = 1e-4
 
 
+def rescore_s(problem: RolloutProblem) -> float:
+    """The re-scoring's share of a time limit: seconds to replay and score a plan of ``problem``."""
+    return RESCORE_S + RESCORE_S_PER_REQUEST * problem.n_requests
+
+
 def search_deadline(clock: Deadline, problem: RolloutProblem) -> Deadline:
     """What is left of ``clock`` less the re-scoring's share, from now."""
     left = clock.remaining()
-    return Deadline(None if left is None else max(0.0, left - RESCORE_S - RESCORE_S_PER_REQUEST * problem.n_requests))
+    return Deadline(None if left is None else max(0.0, left - rescore_s(problem)))
 
 
 class InvalidSchedule(RuntimeError):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.rollout.simulator import FINISHED, WAITING, EngineState, Policy, simulate
 from pipeplan.formulations.rollout.trainer import StreamingTrainer
-from pipeplan.solvers.rollout.common import RESCORE_S, RESCORE_S_PER_REQUEST
+from pipeplan.solvers.rollout.common import rescore_s
 
 
 class NativePolicy(Policy):
@@ -158,7 +158,7 @@ class DeferPolicy(OrderPolicy):
         re-scoring, at the pace of the counts so far: at R = 2,000 a simulation takes about a
         second, and trying counts until the limit ran 5.7 s under a 3 s one."""
         clock, ends, counts = Deadline(self.time_limit), {}, self.candidates(problem)
-        after = RESCORE_S + RESCORE_S_PER_REQUEST * problem.n_requests
+        after = rescore_s(problem)
         for held in counts:
             if ends and (clock.expired() or (clock.limit is not None and
                                              clock.remaining() < 2 * clock.elapsed() / len(ends) + after)):
@@ -248,7 +248,7 @@ class DeadlinePolicy(Policy):
 
     Ranking every group at every decision is quadratic in the round: 7 s at R = 512, 46 s at
     R = 1,000 (K = 8). Past ``time_limit`` (wall seconds from the start of the simulation) less
-    the re-scoring's share (``RESCORE_S``..., which holds the rest of the simulation too) the
+    the re-scoring's share (``rescore_s``, which holds the rest of the simulation too) the
     rest of the round is admitted in the engine's own order, as CGP does; ``settled()`` then
     names the simulated time of the switch.
     """
@@ -264,8 +264,7 @@ class DeadlinePolicy(Policy):
         self.trainer_view = StreamingTrainer(problem)
         mean_group = sum(problem.group_tokens) / problem.R
         self.update_estimate = problem.trainer.update_time(round(problem.U * mean_group))
-        after = RESCORE_S + RESCORE_S_PER_REQUEST * problem.n_requests
-        self.clock = Deadline(None if self.time_limit is None else max(0.0, self.time_limit - after))
+        self.clock = Deadline(None if self.time_limit is None else max(0.0, self.time_limit - rescore_s(problem)))
         self.switched_at_s = None
 
     def on_group_complete(self, g, t):

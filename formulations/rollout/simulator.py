@@ -91,6 +91,11 @@ class Policy:
         (``defer``'s count); none by default."""
         return {}
 
+    def cut_note(self) -> str | None:
+        """What its time limit cut short in its last run, said in one line; None when nothing
+        was (the default: most policies take no limit)."""
+        return None
+
 
 @dataclass(frozen=True)
 class Segment:

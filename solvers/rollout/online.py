@@ -60,16 +60,9 @@ def _register(name: str, description: str):
     def run(problem, params: dict):
         policy = make_policy(name, **params)
         schedule = simulate(problem, policy)
-        settled = policy.settled()
-        switched = settled.get("switched_to_cgp_at_s")      # deadline past its time limit
-        cut = settled.get("counts_tried", 0) < settled.get("counts", 0)      # defer's count search
-        stopped = {} if switched is None and not cut else {
-            "termination": Termination.TIME_LIMIT, "stopped_by": "time",
-            "message": f"past its time limit the round was admitted in CGP's order from simulated t = {switched:.1f} s on"
-            if switched is not None else
-            f"the time limit stopped the search for the held count after {settled['counts_tried']} of "
-            f"{settled['counts']} counts"}
-        return scored_result(problem, name, schedule, params={**params, **settled}, **stopped)
+        cut = policy.cut_note()
+        stopped = {} if cut is None else {"termination": Termination.TIME_LIMIT, "stopped_by": "time", "message": cut}
+        return scored_result(problem, name, schedule, params={**params, **policy.settled()}, **stopped)
 
     if name in TAKES_FRONTIER:
         def solve(problem, *, frontier: int = 2, staleness: int = 0):

@@ -185,6 +185,11 @@ class DeferPolicy(OrderPolicy):
             return {"chosen": self.chosen}
         return {"chosen": self.chosen, "counts_tried": self.tried[0], "counts": self.tried[1]}
 
+    def cut_note(self) -> str | None:
+        if self.held != "auto" or self.tried[0] >= self.tried[1]:
+            return None
+        return f"the time limit stopped the search for the held count after {self.tried[0]} of {self.tried[1]} counts"
+
 
 class FgdPolicy(NativePolicy):
     """Frontier-group dispatch. ``frontier`` (F_w) is a number of groups."""
@@ -272,6 +277,11 @@ class DeadlinePolicy(Policy):
 
     def settled(self) -> dict:
         return {} if self.switched_at_s is None else {"switched_to_cgp_at_s": self.switched_at_s}
+
+    def cut_note(self) -> str | None:
+        if self.switched_at_s is None:
+            return None
+        return f"past its time limit the round was admitted in CGP's order from simulated t = {self.switched_at_s:.1f} s on"
 
     def decide(self, state: EngineState):
         if self.switched_at_s is None and self.clock.expired():

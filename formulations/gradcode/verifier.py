@@ -249,11 +249,11 @@ class _Decoder:
 
 
 def _run(decode: _Decoder, source, deadline: Deadline | None):
-    """Decode the straggler sets of ``source`` (an (m, s) array or a stream of them) in chunks
+    """Decode the straggler sets of ``source`` (a stream of (m, s) arrays) in chunks
     that double up to CELLS entries (with a deadline: to what the time left allows at the pace
     so far; the first chunk, one set, is always checked). Returns (figures, the sets decoded)."""
     most = max(1, CELLS // decode.cells)
-    stream = iter([source] if isinstance(source, np.ndarray) else source)
+    stream = iter(source)
     pending = next(stream)
     figures, decoded = [], []
     done, chunk, began = 0, 1, time.perf_counter()
@@ -312,7 +312,7 @@ def verify(code: GradientCode, *, max_sets: int = 250_000, samples: int = 20_000
             budget = samples if code.decoder != "lstsq" else min(samples, max(1, CHECK_CELLS // decode.cells))
             sets = sampled_sets(n, s, samples=budget, seed=seed)
         elif method == "exhaustive" or (method == "auto" and small):
-            sets = straggler_sets(n, s, enumerate_all=True)[0]
+            sets = [straggler_sets(n, s, enumerate_all=True)[0]]
         else:
             sets = sampled_sets(n, s, samples=samples, seed=seed)
         figures, sets = _run(decode, sets, deadline)

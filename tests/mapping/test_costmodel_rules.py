@@ -49,6 +49,27 @@ def test_steady_state_power_share_carries_over(checks):
     assert np.median(_errors(checks, "steady_energy", "kfold")) <= 0.15
 
 
+def test_held_out_steady_energy_does_not_see_its_own_run():
+    """A pipelined run's cross-validated steady-state energy comes from parameters fitted
+    without it (leave-one-out) and without its network: neither its measured latency (which
+    the switch costs are fitted on, and which set the predicted period) nor its power moves it."""
+    profiles = {p.stem: profile_from_dict(json.loads(p.read_text()), str(p)) for p in sorted(PROFILES.glob("*.json"))}
+    runs = (km.read_runs(INSTANCES_DIR / "khadas-vim3" / "evaluations.csv")
+            + km.read_runs(INSTANCES_DIR / "khadas-vim3" / "switching_runs.csv")[:30])
+    target = next(r for r in runs if r.network == "MobileV1" and r.mapping == "BBLLLLLNNNBNNN")
+    skewed = [dataclasses.replace(r, latency_ms=3 * r.latency_ms, power_mw=2 * r.power_mw) if r is target else r
+              for r in runs]
+
+    def held(rs):
+        return next(c for c in km.cross_validation(profiles, rs)
+                    if c.metric == "steady_energy" and c.run.mapping == target.mapping)
+
+    before, after = held(runs), held(skewed)
+    assert after.kfold == pytest.approx(before.kfold, rel=1e-9)
+    assert after.lono == pytest.approx(before.lono, rel=1e-9)
+    assert after.fitted != pytest.approx(before.fitted, rel=1e-3)      # the full fit does see it
+
+
 def test_before_the_switch_costs_the_switching_runs_were_far_too_fast():
     """What the parameters correct: without them the switching runs are predicted ~30% fast."""
     prof = km.bare(load_mapping("khadas-vim3/YOLOv3").profile)
@@ -138,4 +159,10 @@ def test_costmodel_report(tmp_path: Path):
     main(["costmodel", "--out", str(tmp_path)])
     text = (tmp_path / "README.md").read_text()
     assert "| latency | YOLOv3 | 150 |" in text
+    # the prose figures are those of the committed files, not written-in numbers
+    whole = km.read_runs(INSTANCES_DIR / "khadas-vim3" / "evaluations.csv")
+    assert f"evaluations.csv: {len(whole)} whole-network runs" in text
+    share = load_mapping("khadas-vim3/MobileV1").profile.concurrent_power_share
+    assert f"| concurrent power share | {share:.3f} |" in text
+    assert f"stage adds only {share:.2f} of its dynamic power" in text
     assert (tmp_path / "predicted_vs_measured_latency.png").stat().st_size > 1000

@@ -56,8 +56,11 @@ def test_disjoint_pu_sets_by_default_shared_ones_on_request():
     problem = load_multi("multi/yolo+mobile")
     disjoint, shared = (solve_nsga2(problem, max_evaluations=3000, pop_size=40, shared_pus=s) for s in (False, True))
     assert not any(p.shared_pus for p in joint_plan_from_dict(disjoint.plan).plans.values())
-    ev = evaluate_joint(problem, joint_plan_from_dict(shared.plan))
-    assert ev.min_norm_throughput == pytest.approx(shared.objectives["min_norm_throughput"])
+    for r in (disjoint, shared):
+        ev = evaluate_joint(problem, joint_plan_from_dict(r.plan))
+        assert ev.min_norm_throughput == pytest.approx(r.objectives["min_norm_throughput"])
+    # what the docstring says: the larger space finds no better plan here
+    assert shared.objectives["min_norm_throughput"] <= disjoint.objectives["min_norm_throughput"] * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("name, sharing, fields", [

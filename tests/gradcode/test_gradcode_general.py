@@ -218,10 +218,13 @@ def test_general_past_its_clock_builds_no_more_random_codes():
     solver keeps the first (speed loads) and builds neither the tuned one nor the chosen one again."""
     from pipeplan.instances.gradcode import load_instance
 
-    r = pipeplan.solve(load_instance("gradcode/synthetic-n200"), "general", time_limit=0.01)
+    problem = load_instance("gradcode/synthetic-n200")
+    r = pipeplan.solve(problem, "general", time_limit=0.01)
     assert r.termination.value == "time_limit" and r.quality.value == "feasible"
     assert "hetero-aware" in r.message and "hetero-tuned" not in r.message
     assert "greedy" in r.message         # the group search cut, the quick placements compete
+    ev = evaluate(problem, code_from_dict(r.plan))       # the code it keeps is the one it scored
+    assert ev.violations == () and {k: v for k, v in r.objectives.items() if k != "saa_step_s"} == ev.objectives()
 
 
 def test_general_past_its_clock_above_the_cheap_size_keeps_the_quick_placements():
@@ -237,3 +240,5 @@ def test_general_past_its_clock_above_the_cheap_size_keeps_the_quick_placements(
     assert r.termination.value == "time_limit" and r.quality.value == "feasible"
     assert "hetero" not in r.message and "greedy" in r.message and "fr " in r.message
     assert r.plan["verification"]["decodable"] and r.plan["verification"]["proven"]
+    ev = evaluate(problem, code_from_dict(r.plan))
+    assert ev.violations == () and {k: v for k, v in r.objectives.items() if k != "saa_step_s"} == ev.objectives()

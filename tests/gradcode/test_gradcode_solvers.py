@@ -53,7 +53,10 @@ def test_assignment_reaches_the_brute_force_optimum(solver, problem, objective):
 def test_symmetry_breaking_keeps_the_worst_case_optimum_with_identical_workers(solver):
     problem = heterogeneous_problem("ties", 1, pattern="ABAB")     # two pairs of identical workers
     r = pipeplan.solve(problem, solver, objective="worst", structure="groups", time_limit=30)
+    assert r.termination is Termination.OPTIMAL and r.quality is Quality.PROVEN_OPTIMAL, r.message
     assert r.objectives["worst_step_s"] == pytest.approx(brute_force.optimum(problem, np.zeros((0, 4)), "worst"))
+    ev = evaluate(problem, code_from_dict(r.plan))       # re-scored: the plan is the one reported
+    assert ev.violations == () and ev.worst_step_s == r.objectives["worst_step_s"]
 
 
 @pytest.mark.solvers("gradcode", exact=True)

@@ -22,7 +22,7 @@ from pipeplan.solvers.mapping.multi.baselines import (
     solve_npu_only,
     solve_own_optimum,
 )
-from tests.multi.helpers import tiny_pair
+from tests.multi.helpers import brute_force, tiny_pair
 
 BASELINES = (solve_alone_best_pu, solve_npu_only, solve_own_optimum, solve_greedy_partition)
 
@@ -156,8 +156,12 @@ def test_a_missed_deadline_is_infeasible_with_the_evaluators_reason():
 def test_energy_needs_demanded_rates():
     with pytest.raises(ValueError, match="min_fps"):
         solve_alone_best_pu(tiny_pair(), objective="energy")
-    r = solve_greedy_partition(tiny_pair(a={"min_fps": 20.0}, b={"min_fps": 20.0}), objective="energy")
-    assert r.quality == Quality.FEASIBLE and r.objectives["power_mw"] > 0
+    problem = tiny_pair(a={"min_fps": 20.0}, b={"min_fps": 20.0})
+    r = solve_greedy_partition(problem, objective="energy")
+    assert r.quality == Quality.FEASIBLE
+    assert rescored(problem, r).power_mw == pytest.approx(r.objectives["power_mw"], rel=1e-12)
+    # a partition of one-PU-per-unit plans: never below the brute-force least power over them
+    assert r.objectives["power_mw"] >= brute_force(problem, "energy") * (1 - 1e-12)
 
 
 def test_networks_that_run_one_model_share_its_work_and_get_its_plans():

@@ -62,6 +62,8 @@ def test_epsilon_bound_is_respected(solver, optima):
     p = CATALOGUE[2]
     cap = optima[p.name]["latency"] * 1.2
     r = pipeplan.solve(p, solver, objective="period", bounds={"latency_ms": cap}, time_limit=20)
+    assert r.termination is Termination.OPTIMAL, r.message
+    assert evaluate(p, plan_from_dict(r.plan)).objectives() == r.objectives      # re-scored
     assert r.objectives["latency_ms"] <= cap + 1e-3
     feasible = [ev.period_ms for ev, _ in brute_force.scored_plans(p) if ev.latency_ms <= cap]
     assert r.objectives["period_ms"] == pytest.approx(min(feasible), rel=TOL)
@@ -70,8 +72,10 @@ def test_epsilon_bound_is_respected(solver, optima):
 @pytest.mark.parametrize("problem", CATALOGUE[:4], ids=lambda p: p.name)
 def test_cpsat_shared_pus_matches_brute_force(problem):
     r = pipeplan.solve(problem, "cpsat", shared_pus=True, time_limit=20)
+    assert r.termination is Termination.OPTIMAL, r.message
     expected = brute_force.optimum(problem, "period", shared_pus=True, max_stages=len(problem.pu_names) + 1)
     assert r.objectives["period_ms"] == pytest.approx(expected, rel=TOL)
+    assert evaluate(problem, plan_from_dict(r.plan)).objectives() == r.objectives      # re-scored
 
 
 @pytest.mark.parametrize("problem", CATALOGUE, ids=lambda p: p.name)
@@ -87,6 +91,7 @@ def test_exact_front_equals_brute_force_front(problem, axes):
 def test_tie_break_picks_the_best_latency_among_min_period_plans(optima):
     p = CATALOGUE[4]
     r = pipeplan.solve(p, "cpsat", objective="period", time_limit=20)
+    assert evaluate(p, plan_from_dict(r.plan)).objectives() == r.objectives      # re-scored
     best = min(ev.latency_ms for ev, _ in brute_force.scored_plans(p)
                if abs(ev.period_ms - optima[p.name]["period"]) < 1e-9)
     assert r.objectives["latency_ms"] == pytest.approx(best, rel=TOL)

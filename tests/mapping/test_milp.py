@@ -97,6 +97,7 @@ def test_warm_start_keeps_the_optimum():
     start = plan_from_dict(pipeplan.solve(problem, "pipeline-dp").plan)
     r = pipeplan.solve(problem, "milp", warm_start=start, time_limit=LIMIT)
     assert r.termination == Termination.OPTIMAL
+    assert evaluate(problem, plan_from_dict(r.plan)).objectives() == pytest.approx(r.objectives, rel=1e-12)
     assert close(r.objectives["period_ms"], brute_force.optimum(problem, "period"))
 
 
@@ -107,6 +108,7 @@ def test_measured_squeezenet_between_bound_and_pipeline_dp():
     dp = pipeplan.solve(problem, "pipeline-dp")
     assert r.termination == Termination.OPTIMAL, r.message
     assert lower_bounds(problem)["period_ms"] - 1e-9 <= r.objectives["period_ms"] <= dp.objectives["period_ms"] + 1e-9
+    assert evaluate(problem, plan_from_dict(r.plan)).objectives() == pytest.approx(r.objectives, rel=1e-12)
 
 
 def test_time_limit_returns_warm_plan_and_dual_bound():
@@ -117,6 +119,8 @@ def test_time_limit_returns_warm_plan_and_dual_bound():
     r = pipeplan.solve(problem, "milp", time_limit=2, warm_start=plan_from_dict(dp.plan))
     assert r.termination == Termination.TIME_LIMIT and r.quality == Quality.FEASIBLE
     assert r.objectives["period_ms"] <= dp.objectives["period_ms"] + 1e-9
+    # the plan cut short is the one reported: re-scored by the evaluator
+    assert evaluate(problem, plan_from_dict(r.plan)).objectives() == pytest.approx(r.objectives, rel=1e-12)
     assert 0.0 < r.bound["period_ms"] <= r.objectives["period_ms"] + 1e-6
     assert 0.0 < r.gap < 1.0
 

@@ -77,6 +77,8 @@ def test_cr_seed_search_and_its_verification_stop_at_the_limit():
     meta, v = r.plan["meta"], r.plan["verification"]
     assert 1 <= meta["tried"] < 1000 and v["decodable"] and 1 <= v["sets_checked"] < 20_000
     assert not v["exhaustive"]
+    ev = evaluate(problem, code_from_dict(r.plan))       # the code kept is the one scored
+    assert ev.violations == () and r.objectives == ev.objectives()
 
 
 def test_place_cr_with_many_tries_stops_at_the_limit(tmp_path):
@@ -170,6 +172,7 @@ def test_rollout_deadline_policy_past_its_limit_admits_the_rest_in_cgp_order():
     r = pipeplan.solve(problem, "deadline", time_limit=0.05)
     assert r.termination.value == "time_limit" and r.stopped_by == "time"
     assert r.params["switched_to_cgp_at_s"] >= 0 and "CGP's order" in r.message
-    assert check(problem, replay(problem, r.plan)) == []
+    again = replay(problem, r.plan)
+    assert check(problem, again) == [] and again.metrics() == pytest.approx(r.objectives, rel=1e-9)
     free = pipeplan.solve(preset_round("lsat-ar", 32), "deadline", time_limit=60.0)
     assert free.termination.value == "completed" and "switched_to_cgp_at_s" not in free.params

@@ -92,7 +92,7 @@ def test_export_writes_one_folder_per_network_and_joint_json(exported):
 
 
 def test_run_both_pipelines_at_once_json(exported):
-    _, folder, _, _ = exported["part"]
+    _, folder, joint, _ = exported["part"]
     proc = run_cli("run", folder, "--frames", FRAMES, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -104,7 +104,18 @@ def test_run_both_pipelines_at_once_json(exported):
         assert 0 <= net["measured"]["concurrent_frames"] <= FRAMES
         assert set(net["ratios"]) == {"fps_vs_alone", "fps_vs_fair", "fps_vs_total", "fps_vs_sustained",
                                       "latency_vs_alone", "latency_vs_worst"}
-        assert net["predicted"]["alone"]["fps"] > 0
+        # the predictions are the export's (the evaluator's, test above), and each ratio is the
+        # concurrent measured rate over the prediction it names
+        written = joint["networks"][name]["predicted"]
+        assert net["predicted"]["alone"] == written["alone"]
+        assert net["predicted"]["joint"] == {k: written["joint"][k] for k in net["predicted"]["joint"]}
+        assert {"fair_fps", "total_fps", "sustained_fps"} <= set(net["predicted"]["joint"])
+        fps = net["measured"]["concurrent_fps"]
+        predicted = {"alone": net["predicted"]["alone"]["fps"],
+                     **{k.removesuffix("_fps"): v for k, v in net["predicted"]["joint"].items() if k.endswith("_fps")}}
+        for key, value in predicted.items():
+            want = None if fps is None else fps / value
+            assert net["ratios"][f"fps_vs_{key}"] == pytest.approx(want), key
     # concurrency ends when the first network is done: all of its frames lie inside; the other's
     # may not reach one in 4 frames on a busy machine (it failed 3 runs of 4 under load)
     assert max(net["measured"]["concurrent_frames"] for net in report["networks"].values()) == FRAMES

@@ -120,3 +120,22 @@ def test_constructions_reject_k_not_n():
     problem = homogeneous_problem(6, 1, k=4)
     r = pipeplan.solve(problem, "fr")
     assert r.termination is Termination.ERROR and "k = n" in r.message
+
+
+@pytest.mark.solvers("gradcode", exact=False)
+def test_every_heuristic_code_is_rescored_and_verified_again(solver):
+    """Every registered construction or heuristic on a heterogeneous instance: the figures it
+    reports are the evaluator's for the code it returns, the code breaks no rule, and its recorded
+    verdict is what the verifier finds again (only approximate codes may not decode)."""
+    problem = load_instance("gradcode/hetero-n12-s2")
+    r = pipeplan.solve(problem, solver, time_limit=2)
+    assert r.quality is Quality.FEASIBLE and r.plan is not None, r.message
+    code = code_from_dict(r.plan)
+    ev = evaluate(problem, code)
+    assert ev.violations == ()
+    assert {k: v for k, v in r.objectives.items() if k != "saa_step_s"} == ev.objectives()
+    again = verify(code)
+    assert r.plan["verification"]["decodable"] == again.decodable
+    assert again.decodable or (r.plan["meta"].get("approximate") and "approximate" in r.message)
+    for key, value in r.bound.items():
+        assert value <= r.objectives[key] + 1e-12

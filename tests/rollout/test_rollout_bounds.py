@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, given, settings
 import pipeplan
 from pipeplan.formulations.rollout import brute_force
 from pipeplan.formulations.rollout.bounds import separate_bound, strong_train_end_lower_bound, train_end_lower_bound
+from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.flowshop_bound import chain_bound, flow_shop_makespan, johnson_bound
+from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.simulator import simulate
 from pipeplan.instances.rollout import TINY, tiny_instance
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
@@ -74,6 +76,7 @@ def test_cpsat_reports_at_least_the_fast_bound_on_a_preset():
     p = preset_round("sci-jl", 4, seed=1)
     r = pipeplan.solve(p, "cpsat", time_limit=5, threads=1)
     assert train_end_lower_bound(p) - 1e-9 <= r.bound["train_end_s"] <= r.objectives["train_end_s"]
+    assert replay(p, r.plan).metrics() == pytest.approx(r.objectives)        # re-scored
 
 
 def test_chain_bound_stays_below_an_optimum_with_fractional_units():
@@ -88,4 +91,7 @@ def test_chain_bound_stays_below_an_optimum_with_fractional_units():
                             trainer=p.trainer.scaled(2.83))
     r = pipeplan.solve(p, "cpsat", time_limit=10, threads=1)
     assert r.quality.value == "proven_optimal", r.message
+    # the optimum is the simulator's figure for its plan, whole-millisecond units or not
+    schedule = replay(p, r.plan)
+    assert check(p, schedule) == [] and schedule.metrics() == pytest.approx(r.objectives)
     assert chain_bound(p, **QUICK) <= r.objectives["train_end_s"] + 1e-9

@@ -114,6 +114,7 @@ def test_least_energy_under_a_period_bound(objective, scored):
     for solver in ("cpsat", "milp"):
         r = pipeplan.solve(PROBLEM, solver, objective=objective, dvfs=True, bounds={"period_ms": cap}, time_limit=60)
         assert r.quality is Quality.PROVEN_OPTIMAL, r.message
+        assert evaluate(PROBLEM, plan_from_dict(r.plan)).objectives() == r.objectives      # re-scored, levels too
         assert r.objectives["period_ms"] <= cap * (1 + 1e-9)
         tol = SS_GAP if objective == "energy_ss" else 1e-6
         assert r.objectives[KEY[objective]] == pytest.approx(best(scored[True], objective, cap), rel=tol)

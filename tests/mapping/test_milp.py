@@ -90,6 +90,8 @@ def test_cbc_agrees_with_highs(name):
                       for b in ("highs", "cbc"))
         assert cbc.params["backend"] == "cbc" and cbc.termination == Termination.OPTIMAL
         assert close(cbc.objectives[AXES[objective]], highs.objectives[AXES[objective]])
+        # CBC's solution is read back into a plan its own way: re-scored by the evaluator
+        assert evaluate(TINY[name], plan_from_dict(cbc.plan)).objectives() == pytest.approx(cbc.objectives, rel=1e-12)
 
 
 def test_warm_start_keeps_the_optimum():

@@ -156,7 +156,7 @@ def test_time_limit_stops_the_run():
     problem = load_multi("multi/yolo+mobile")
     start = time.perf_counter()
     r = solve_nsga2(problem, time_limit=1.0, max_evaluations=None)
-    assert time.perf_counter() - start < 1.5
+    assert time.perf_counter() - start < 1.0 * 1.1 + 2      # the limits' goal (docs/errors-and-limits.md)
     assert (r.termination, r.quality, r.stopped_by) == (Termination.TIME_LIMIT, Quality.FEASIBLE, "time")
 
 

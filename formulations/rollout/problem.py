@@ -28,10 +28,14 @@ FEW_REPLICAS = 16
 # a round then ends within about 1e13 s, where float sums still resolve milliseconds (at 1e300
 # they overflowed and the checker saw violations that were only rounding)
 MAX_SECONDS = 1e6
+# the most tokens (or sequences, steps) an integer field may hold: the offline CP-SAT model sums
+# them over every request in 64-bit integers (kv_capacity_tokens=1e23 failed there as "Unable to
+# cast"), and step-plan's timeline holds arrays over every decode step
+MAX_COUNT = 10**9
 
 
 def _positive(source: str, where: str, value, *, integer: bool = False, zero_ok: bool = False,
-              seconds: bool = False) -> None:
+              seconds: bool = False, most: int | None = MAX_COUNT) -> None:
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type or (isinstance(value, float) and not math.isfinite(value)):
         raise InputError(source, where, f"expected a {'whole' if integer else 'finite'} number, got {value!r}")
@@ -39,6 +43,8 @@ def _positive(source: str, where: str, value, *, integer: bool = False, zero_ok:
         raise InputError(source, where, f"must be {'non-negative' if zero_ok else 'positive'}, got {value!r}")
     if seconds and value > MAX_SECONDS:
         raise InputError(source, where, f"must be at most {MAX_SECONDS:g} s, got {value!r}")
+    if integer and most is not None and value > most:
+        raise InputError(source, where, f"must be at most {most:,}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ class EngineModel:
                 raise InputError(source, f"engine.{name}", f"must be at most 1, got {getattr(self, name)}")
         for name in ("reserve_ratio_decay_steps", "reserve_clip_tokens", "retract_headroom_steps"):
             _positive(source, f"engine.{name}", getattr(self, name), integer=True)
-        _positive(source, "engine.replicas", self.replicas, integer=True)
+        _positive(source, "engine.replicas", self.replicas, integer=True, most=None)   # at most one per request: below
         _positive(source, "engine.swap_s_per_token", self.swap_s_per_token, zero_ok=True, seconds=True)
         for name, allowed in (("retract_rule", RETRACT_RULES), ("resume", RESUME_MODES), ("router", ROUTERS)):
             if getattr(self, name) not in allowed:
@@ -247,18 +253,21 @@ class RolloutProblem:
             if len(row) != k:
                 raise InputError(src, f"response_tokens[{g}]", f"{len(row)} samples, group 0 has {k} (K must be equal)")
             for s, n in enumerate(row):
-                if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                    raise InputError(src, f"response_tokens[{g}][{s}]", f"expected a non-negative whole number of tokens, got {n!r}")
+                if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_COUNT:
+                    raise InputError(src, f"response_tokens[{g}][{s}]",
+                                     f"expected a whole number of tokens from 0 to {MAX_COUNT:,}, got {n!r}")
         if len(self.prompt_tokens) != len(self.response_tokens):
             raise InputError(src, "prompt_tokens", f"{len(self.prompt_tokens)} prompts for {len(self.response_tokens)} groups")
         for g, n in enumerate(self.prompt_tokens):
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise InputError(src, f"prompt_tokens[{g}]", f"expected a positive whole number of tokens, got {n!r}")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_COUNT:
+                raise InputError(src, f"prompt_tokens[{g}]",
+                                 f"expected a whole number of tokens from 1 to {MAX_COUNT:,}, got {n!r}")
         self.engine.validate(src)
         self.trainer.validate(src)
         if isinstance(self.max_response_tokens, bool) or not isinstance(self.max_response_tokens, int) \
-                or self.max_response_tokens < 0:
-            raise InputError(src, "max_response_tokens", f"expected a non-negative whole number, got {self.max_response_tokens!r}")
+                or not 0 <= self.max_response_tokens <= MAX_COUNT:
+            raise InputError(src, "max_response_tokens",
+                             f"expected a whole number from 0 to {MAX_COUNT:,}, got {self.max_response_tokens!r}")
         if self.max_response_tokens and max(self.lengths) > self.max_response_tokens:
             raise InputError(src, "response_tokens", f"a response of {max(self.lengths)} tokens exceeds "
                              f"max_response_tokens {self.max_response_tokens}")

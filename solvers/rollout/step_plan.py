@@ -48,6 +48,7 @@ from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.errors import InputError
 from pipeplan.core.registry import register
 from pipeplan.core.result import Termination
+from pipeplan.core.sizes import check_memory
 from pipeplan.formulations.rollout.flowshop_bound import johnson_order
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.replay import replay
@@ -67,6 +68,9 @@ GUIDED_MOVES = 125      # update-sequence moves per group in each walk from the 
                         # (``guided_plan``): 4,000 at R = 32
 GUIDED_RESTARTS = 3     # ... and walks, each with its own random stream
 SIDEWAYS = 2e-4         # a walk takes moves whose plan meets the best target plus this (relative)
+# the timeline's arrays over every decode step, measured at 1e7 and 2e7 steps (0.63 and 1.25 GB);
+# a plan spans at least the longest response: a crafted round of 5e8-token responses took 23 GB
+TIMELINE_BYTES_PER_STEP = 64
 TEMPERATURE = 0.005     # annealing's first temperature, relative to the train end (best of 0.002-0.01 on lsat-ar R = 32)
 
 
@@ -120,6 +124,8 @@ class StepTimeline:
 
     def __init__(self, problem: RolloutProblem, reservation: bool = True):
         e = problem.engine
+        check_memory(f"{problem.source or problem.name}: response_tokens", max(problem.lengths) + 1,
+                     TIMELINE_BYTES_PER_STEP)
         self.problem = problem
         # on demand, also keep to what SGLang's admission check reserves (``_reserved``); off:
         # the batch and KV limits alone, the replay delaying admissions the check refuses

@@ -87,11 +87,42 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("simulate", "rollout/tiny-0", "--R", "4"), ("--R", "--trace files only", "rollout/tiny-0")),
     (("simulate", "rollout/tiny-0", "--K", "4"), ("--K", "--workload presets only")),
     (("simulate", "rollout/tiny-0", "--max-response", "100"), ("--max-response", "--workload presets only")),
+    # past int64 the offline CP-SAT failed ("Unable to cast"), exit 1
+    (("optimum", "--workload", "lsat-ar", "--R", "4", "--kv-capacity", "10" * 12), ("engine.kv_capacity_tokens",
+                                                                                    "at most 1,000,000,000")),
+    (("simulate", "--workload", "lsat-ar", "--R", "4", "--engine", "max_num_seqs=" + "9" * 20),
+     ("engine.max_num_seqs", "at most")),
+    (("simulate", "--workload", "lsat-ar", "--R", "4", "--max-response", "9" * 20), ("max_response_tokens",)),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needles):
     proc = cli(*args, "--out", tmp_path / "out" / "x.json" if args[0] == "simulate" else tmp_path / "out")
     assert_input_error(proc, *needles)
     assert not (tmp_path / "out").exists()
+
+
+def test_huge_token_counts_in_a_problem_file_are_refused(tmp_path):
+    doc = json.loads((ROOT / "tests/bad_inputs/good/rollout_problem.json").read_text())
+    doc["response_tokens"][0][0] = 10 ** 23     # compare crashed: every policy's checker saw rounding
+    doc["engine"]["kv_capacity_tokens"] = doc["trainer"]["token_budget"] = 10 ** 24
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(doc))
+    assert_input_error(cli("compare", f, "--out", tmp_path / "out"), "p.json: response_tokens[0][0]", "1,000,000,000")
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_when_every_solver_fails_prints_the_rows(tmp_path):
+    """step-plan refuses a timeline past the memory cap (a round of 5e8-token responses took
+    23 GB): that is its row's error; compare crashed with no schedule to compare against."""
+    f = tmp_path / "p.json"
+    doc = json.loads((ROOT / "tests/bad_inputs/good/rollout_problem.json").read_text())
+    doc["response_tokens"][0][0] = 10 ** 6
+    doc["engine"]["kv_capacity_tokens"] = doc["trainer"]["token_budget"] = 2 * 10 ** 6
+    f.write_text(json.dumps(doc))
+    proc = run_cli("rollout", "compare", f, "--policies", "step-plan", "--out", tmp_path / "out",
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "10"})
+    assert proc.returncode == 0, proc.stderr
+    assert "reference: none" in proc.stdout and "| step-plan | - |" in proc.stdout
+    assert "response_tokens" in (tmp_path / "out" / "compare.csv").read_text()
 
 
 def test_trace_with_a_negative_length_is_rejected(tmp_path):

@@ -48,11 +48,13 @@ def competitive_rows(results: dict) -> list[dict]:
     proved one, else the best lower bound (flagged ``bound``)."""
     ok = {k: r for k, r in results.items() if r.objectives}
     proven = [r for r in ok.values() if r.quality.value == "proven_optimal"]
-    if proven:
+    if not ok:      # every solver failed (its row says so): nothing to compare against
+        ref, kind = None, "none"
+    elif proven:
         ref, kind = proven[0].objectives["train_end_s"], "optimum"
     else:
         ref, kind = max(r.bound.get("train_end_s", 0.0) for r in ok.values()), "bound"
-    best = min(r.objectives["train_end_s"] for r in ok.values())
+    best = min((r.objectives["train_end_s"] for r in ok.values()), default=None)
     rows = []
     for name, r in results.items():
         o = r.objectives
@@ -73,7 +75,9 @@ def rows_markdown(rows: list[dict], title: str) -> str:
              [r["solver"], f"{r['train_end_s']:.1f}", f"{r['waiting_ratio']:.1%}", f"{r['first_dispatch_s']:.1f}",
               f"{r['rollout_makespan_s']:.1f}", f"{r['competitive_ratio']:.3f}", f"{r['ratio_to_best']:.3f}",
               f"{r['termination']}/{r['quality']}"] for r in rows]
-    lines = [f"### {title}", "", f"reference: {kind} {rows[0]['reference_s']:.1f} s", "",
+    ref = rows[0]["reference_s"]
+    lines = [f"### {title}", "", f"reference: {kind} {ref:.1f} s" if ref is not None else
+             "reference: none (no solver returned a schedule)", "",
              *markdown_table(("solver", "train end (s)", "waiting ratio", "first dispatch (s)", "rollout (s)", head,
                               "vs best", "status"), table)]
     return "\n".join(lines) + "\n"

@@ -117,8 +117,8 @@ def homogeneous_problem(n: int, s: int, *, k: int | None = None, name: str | Non
     for label, v in (("--n", n), ("--s", s)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise InputError(label, "", f"must be an integer, got {v!r}")
-    if n < 1:
-        raise InputError("--n", "", f"need at least one worker, got {n}")
+    if not 1 <= n <= MAX_SIZE:      # before the n-vectors are built (n = 1e20 crashed there)
+        raise InputError("--n", "", f"need 1 to {MAX_SIZE} workers, got {n}")
     if not 0 <= s < n:
         raise InputError("--s", "", f"s = {s} must satisfy 0 <= s < n = {n}")
     cap = capacity if capacity is not None else s + 1

@@ -60,6 +60,9 @@ def test_simulate_and_train_print_json(tmp_path):
     (("place", "--scheme", "nope", "--n", 4, "--s", 1), ("unknown scheme",)),
     (("place", "--scheme", "cr", "--n", 4, "--s", 1, "--seed", -1), ("--seed",)),
     (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 10, "--seed", -1), ("--seed",)),
+    (("place", "--scheme", "cr", "--n", 10 ** 20, "--s", 1), ("--n", "need 1 to 10000 workers")),   # was a traceback
+    (("train", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 5, "--lr", "inf"), ("--lr", "finite")),  # NaN loss
+    (("train", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 5, "--target-loss", "nan"), ("--target-loss",)),
 ])
 def test_bad_options(args, needles, tmp_path):
     out = tmp_path / "never.json"

@@ -336,6 +336,9 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
     if steps < 1 or (lr is not None and not lr > 0) or not time_scale >= 0:
         raise InputError("--steps" if steps < 1 else "--lr" if lr is not None and not lr > 0 else "--time-scale",
                          "", "must be positive")
+    for option, value in (("--lr", lr), ("--time-scale", time_scale), ("--target-loss", target_loss)):
+        if value is not None and not math.isfinite(value):     # --lr inf trained to a NaN loss, exit 0
+            raise InputError(option, "", f"must be a finite number, got {value}")
     straggler = _straggler_changes(delay, mean, shift, scale, alpha, stay, trace)
     problem, code = _problem_and_code("train", scheme, code_file, instance, n, s, straggler, prob, partition_time,
                                       seed=seed, tries=tries,

@@ -97,9 +97,12 @@ class MultiProblem:
                 raise InputError(where, f"{fld}.name", f"missing or duplicate network name {n.name!r}")
             seen.add(n.name)
             _positive(where, f"{fld}.weight", n.weight, most=MAX_WEIGHT)
-            for key in ("latency_ms", "min_fps"):
-                if getattr(n, key) is not None:
-                    _positive(where, f"{fld}.{key}", getattr(n, key))
+            # past the reference range a demanded period (1000 / min_fps) or a deadline overflowed
+            # the exact models' integer times (min_fps 1e-320, latency_ms 1e308: exit 1)
+            if n.min_fps is not None:
+                _positive(where, f"{fld}.min_fps", n.min_fps, *REFERENCE_FPS)
+            if n.latency_ms is not None:
+                _positive(where, f"{fld}.latency_ms", n.latency_ms, most=1000.0 / REFERENCE_FPS[0])
             if n.reference_fps is not None:
                 _positive(where, f"{fld}.reference_fps", n.reference_fps, *REFERENCE_FPS)
             prof = n.problem.profile

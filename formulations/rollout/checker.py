@@ -22,7 +22,19 @@ import math
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.schedule import Schedule
 
+# Two times (or a duration and the model's) agree within TOL seconds or REL_TOL of the larger
+# magnitude compared, whichever is more. A round's times are float sums, one rounding per event:
+# at 5e17 s (1e6-token responses at 1e6 s per token, inside the input limits) one ulp is 64 s,
+# and an update's 1.5 s optimizer step vanished from ``end - start`` (reported as a violation,
+# exit 1). 1e-12 is about 4,500 ulps: room for the roundings of thousands of events, and below
+# TOL for every time under 1e6 s, so the check is unchanged there.
 TOL = 1e-6
+REL_TOL = 1e-12
+
+
+def tol(*times: float) -> float:
+    """The tolerance for comparing ``times`` (see ``TOL``, ``REL_TOL``)."""
+    return max(TOL, REL_TOL * max(abs(t) for t in times))
 
 
 def min_request_time(problem: RolloutProblem, i: int) -> float:
@@ -48,7 +60,7 @@ def _requests(problem: RolloutProblem, s: Schedule) -> list[str]:
             continue
         made = 0
         for a, b in zip(mine, mine[1:]):
-            if b.admit_s < a.end_s - TOL:
+            if b.admit_s < a.end_s - tol(a.end_s):
                 out.append(f"request {i}: admitted again at {b.admit_s:.6f}s while still running")
         for x in mine:
             if x.generated_before != made:
@@ -57,9 +69,9 @@ def _requests(problem: RolloutProblem, s: Schedule) -> list[str]:
         if made != problem.lengths[i]:
             out.append(f"request {i}: made {made} tokens, its response has {problem.lengths[i]}")
         a, f = s.admit_s[i], s.finish_s[i]
-        if not (math.isfinite(a) and math.isfinite(f)) or abs(f - mine[-1].end_s) > TOL or abs(a - mine[0].admit_s) > TOL:
+        if not (math.isfinite(a) and math.isfinite(f)) or abs(f - mine[-1].end_s) > tol(f) or abs(a - mine[0].admit_s) > tol(a):
             out.append(f"request {i}: admit/finish times disagree with its stays")
-        elif a < -TOL or f < a + min_request_time(problem, i) - TOL:
+        elif a < -TOL or f < a + min_request_time(problem, i) - tol(f):
             out.append(f"request {i}: admitted {a:.6f}s, finished {f:.6f}s, faster than its own work allows")
     return out
 
@@ -151,22 +163,22 @@ def _trainer(problem: RolloutProblem, s: Schedule, pubs: list) -> list[str]:
             free = max(free, pubs[r - 1][1])
         last_round = r
         for g in u.groups:
-            if 0 <= g < problem.R and u.start_s < s.group_complete_s[g] - TOL:
+            if 0 <= g < problem.R and u.start_s < s.group_complete_s[g] - tol(u.start_s):
                 out.append(f"update {j} starts at {u.start_s:.6f}s before group {g} completes "
                            f"({s.group_complete_s[g]:.6f}s)")
-        if u.start_s < free - TOL:
+        if u.start_s < free - tol(free):
             out.append(f"update {j} starts at {u.start_s:.6f}s while the trainer is busy until {free:.6f}s")
         tokens = sum(problem.group_tokens[g] for g in u.groups if 0 <= g < problem.R)
-        if u.tokens != tokens or abs((u.end_s - u.start_s) - problem.trainer.update_time(tokens)) > TOL:
+        if u.tokens != tokens or abs((u.end_s - u.start_s) - problem.trainer.update_time(tokens)) > tol(u.end_s):
             out.append(f"update {j}: {u.end_s - u.start_s:.6f}s for {u.tokens} tokens, the trainer model says "
                        f"{problem.trainer.update_time(tokens):.6f}s for {tokens}")
         free = u.end_s
         last_end[r] = u.end_s
     for r, (start, end) in enumerate(pubs):
-        if start < last_end.get(r, 0.0) - TOL:
+        if start < last_end.get(r, 0.0) - tol(start):
             out.append(f"off-policy: round {r}'s weights published at {start:.6f}s before its last update ends "
                        f"({last_end.get(r, 0.0):.6f}s)")
-        if abs(end - start - problem.trainer.publish_s) > TOL:
+        if abs(end - start - problem.trainer.publish_s) > tol(end):
             out.append(f"round {r}'s publish takes {end - start:.6f}s, the trainer model says {problem.trainer.publish_s}s")
     return out
 
@@ -175,8 +187,8 @@ def _versions(problem: RolloutProblem, s: Schedule, pubs: list, staleness: int) 
     out, ends = [], sorted(end for _, end in pubs)
     first: dict[int, tuple] = {}
     for x in s.segments:
-        lo = sum(e <= x.admit_s - TOL for e in ends)
-        hi = sum(e <= x.admit_s + TOL for e in ends)
+        lo = sum(e <= x.admit_s - tol(x.admit_s) for e in ends)
+        hi = sum(e <= x.admit_s + tol(x.admit_s) for e in ends)
         r = problem.round_of(x.request // problem.K)
         v = getattr(x, "version", 0)
         if not lo <= v <= hi:
@@ -202,7 +214,7 @@ def check(problem: RolloutProblem, s: Schedule, staleness: int | None = None) ->
     out += _capacity(problem, s)
     for g in range(problem.R):
         last = max(s.finish_s[i] for i in problem.group_requests(g))
-        if abs(s.group_complete_s[g] - last) > TOL:
+        if abs(s.group_complete_s[g] - last) > tol(last):
             out.append(f"group {g}: completion {s.group_complete_s[g]:.6f}s is not its last finish {last:.6f}s")
     pubs = _publishes(s)
     out += _trainer(problem, s, pubs)

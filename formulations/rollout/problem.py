@@ -25,8 +25,12 @@ FEW_REPLICAS = 16
 
 
 # the most seconds a time term of the engine or the trainer may take (a step, a token, an update):
-# a round then ends within about 1e13 s, where float sums still resolve milliseconds (at 1e300
-# they overflowed and the checker saw violations that were only rounding)
+# with MAX_COUNT below a decode step then takes at most about 2e15 s (c0 + c1 x 1e9 sequences +
+# c2 x 1e9 KV tokens) and a prefill as much, so a round's times stay finite, far below float
+# overflow, for any round that can be simulated (at 1e300 s they overflowed). They do not resolve
+# seconds there: a float sum keeps about 1e-16 of its value (1e6-token responses at 1e6 s per
+# token end near 5e17 s, where one ulp is 64 s), so the checker compares times within a tolerance
+# relative to their magnitude (``checker.REL_TOL``), not a fixed number of seconds
 MAX_SECONDS = 1e6
 # the most tokens (or sequences, steps) an integer field may hold: the offline CP-SAT model sums
 # them over every request in 64-bit integers (kv_capacity_tokens=1e23 failed there as "Unable to

@@ -247,3 +247,34 @@ def test_lower_bound_holds_for_every_policy_on_presets():
         lb = train_end_lower_bound(p)
         assert all(simulate(p, make_policy(q)).metrics()["train_end_s"] >= lb for q in POLICIES)
         assert lb > 0 and not math.isnan(lb)
+
+
+def _huge_round():
+    """1e6-token responses at 1e6 s per token (inside the input limits): times near 5e17 s,
+    where one ulp is 64 s (audit: an update's 1.5 s optimizer step vanished from end - start,
+    and the checker reported that rounding as a violation, exit 1)."""
+    return small_round([[1_000_000, 4], [3, 1]], [2, 1_000_000], seqs=2, cap=3_000_000, c0=1e6, c1=1e6, c2=1e6,
+                       prefill_s_per_token=1e6, per_token=1e6, optimizer=1.5, budget=4_000_000, U=1)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_checker_tolerance_scales_with_the_times(policy):
+    p = _huge_round()
+    s = simulate(p, make_policy(policy))
+    assert s.metrics()["train_end_s"] > 1e17
+    assert check(p, s) == []
+
+
+@pytest.mark.parametrize("what", ["early update", "publish", "off-policy", "twice", "group eaten twice"])
+def test_checker_catches_broken_schedules_at_huge_times(what):      # capacity: whole counts, no tolerance
+    p = _huge_round()
+    s = simulate(p, make_policy("cgp"))
+    assert check(p, _broken(p, s, what)) != []
+
+
+def test_checker_catches_a_wrong_update_time_at_huge_times():
+    p = _huge_round()
+    s = simulate(p, make_policy("cgp"))
+    u = s.updates[-1]
+    s.updates[-1] = Update(u.groups, u.tokens, u.start_s, u.end_s + 1e-9 * u.end_s)
+    assert any("the trainer model says" in v for v in check(p, s))

@@ -42,6 +42,8 @@ Known response lengths: an oracle, like CP-SAT's offline model.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from pipeplan.core.deadline import Deadline, OutOfTime
@@ -64,6 +66,7 @@ SEQUENCE_MOVES = 1_000  # update-sequence moves by default (about 3 ms each at R
 SEQUENCE_MAX_R = 32     # studies search sequences only up to this R: the backward pass grows with R^2 (minutes at 96)
 CLIMB_STEP = 0.02       # an improving sequence move is bisected at most this far (relative) below the last target
 LARGEST_MOVE = 10       # moves shift finish steps by +-2**0 .. 2**LARGEST_MOVE steps
+LARGEST_SHIFT = 2 ** LARGEST_MOVE
 GUIDED_MOVES = 125      # update-sequence moves per group in each walk from the bound's best sequence
                         # (``guided_plan``): 4,000 at R = 32
 GUIDED_RESTARTS = 3     # ... and walks, each with its own random stream
@@ -71,6 +74,17 @@ SIDEWAYS = 2e-4         # a walk takes moves whose plan meets the best target pl
 # the timeline's arrays over every decode step, measured at 1e7 and 2e7 steps (0.63 and 1.25 GB);
 # a plan spans at least the longest response: a crafted round of 5e8-token responses took 23 GB
 TIMELINE_BYTES_PER_STEP = 64
+# seconds per decode step of one timeline (``StepTimeline.step_times``: a score, a plan), before the
+# first one over TIMED_STEPS steps is timed (then that one's figure): about 5e-8 s on one core at
+# 1e7-2e7 steps. A score is started only when it and the best plan's timeline still fit the search's
+# time (``StepTimeline.affordable``): with no check inside one, 2e7-token responses under a 3 s
+# limit had taken 5.1-7.0 s (four timelines of 1.0-1.4 s each)
+TIMELINE_S_PER_STEP = 1e-7
+TIMED_STEPS = 100_000
+# a walk's start is scored, past the search's time too, when its timeline takes at most this
+# (every round of ordinary lengths: 1e4 steps take about 1 ms); the starts of a search cut by its
+# clock then still compete with fifo's schedule, as they did before the check
+CHEAP_TIMELINE_S = 0.05
 TEMPERATURE = 0.005     # annealing's first temperature, relative to the train end (best of 0.002-0.01 on lsat-ar R = 32)
 
 
@@ -144,11 +158,24 @@ class StepTimeline:
         reserved = e.reserve_ratio_init * min(self.max_new, e.reserve_clip_tokens) if self.reservation else 0
         self.roomy = (problem.n_requests <= e.max_num_seqs
                       and float(np.sum(self.prompts + self.lengths + 1 + reserved)) <= e.kv_capacity_tokens)
+        self.s_per_step = TIMELINE_S_PER_STEP
+
+    def timeline_s(self, finish: np.ndarray) -> float:
+        """About how long a timeline of ``finish`` or a move from it takes (``TIMELINE_S_PER_STEP``)."""
+        return self.s_per_step * (int(finish.max(initial=0)) + LARGEST_SHIFT + 1)
+
+    def affordable(self, finish: np.ndarray, deadline: Deadline) -> bool:
+        """Whether a timeline of ``finish`` (a score) and one more as long (the best plan's,
+        ``plan``) still fit before ``deadline``: each is linear in the decode steps, with no
+        clock inside."""
+        left = deadline.remaining()
+        return left is None or left > 2 * self.timeline_s(finish)
 
     def step_times(self, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(T, start): T[s] is the time when s decode steps have run, start[i] request i's
         admission step. Steps nobody runs in cost nothing (the engine waits)."""
         e = self.problem.engine
+        began = time.perf_counter()
         end = finish[self.group]
         start = end - self.lengths
         size = int(finish.max()) + 1
@@ -158,7 +185,10 @@ class StepTimeline:
         kv = base + np.arange(size - 1) * running
         cost = np.where(running > 0, e.c0_s + e.c1_s * running + e.c2_s * kv, 0.0)
         cost += np.bincount(start, self.prefill, minlength=size)[:-1]
-        return np.concatenate(([0.0], np.cumsum(cost))), start
+        times = np.concatenate(([0.0], np.cumsum(cost)))
+        if size >= TIMED_STEPS:         # this machine's speed, for ``affordable``
+            self.s_per_step = (time.perf_counter() - began) / size
+        return times, start
 
     def overflow(self, finish: np.ndarray, requests: np.ndarray | None = None) -> float:
         """How far the plan breaks the engine's limits in its worst step, relative to them (0:
@@ -448,12 +478,17 @@ def anneal(timeline: StepTimeline, finish: np.ndarray, evaluations: int, rng: np
     true train end (plans beyond the limits refused), so from a start within the limits it is the
     plain walk: straying through plans beyond the limits where they bind cost lsat-ar R = 32,
     rho 0.5 2.4 s (206.6 s against 204.2 s). A worse move is kept with probability
-    exp(-loss / T), T falling linearly from ``TEMPERATURE`` x the current figure to 0."""
+    exp(-loss / T), T falling linearly from ``TEMPERATURE`` x the current figure to 0. A move, and
+    the start itself, is scored only while it and the best plan's timeline fit before
+    ``deadline`` (``StepTimeline.affordable``; a cheap start always is, ``CHEAP_TIMELINE_S``);
+    (inf, None, 0) when the start is not."""
+    if timeline.timeline_s(finish) > CHEAP_TIMELINE_S and not timeline.affordable(finish, deadline):
+        return np.inf, None, 0
     best, current = timeline.score(finish)
     best_finish = finish
     lo, R = timeline.longest, finish.size
     done = 0
-    while done < evaluations and not deadline.expired():
+    while done < evaluations and not deadline.expired() and timeline.affordable(finish, deadline):
         trial = finish.copy()
         shift = int(rng.choice((-1, 1)) * 2 ** rng.integers(0, LARGEST_MOVE + 1))
         kind = rng.random()
@@ -479,7 +514,8 @@ def anneal(timeline: StepTimeline, finish: np.ndarray, evaluations: int, rng: np
 def _walks(timeline: StepTimeline, starts: dict[str, np.ndarray], evaluations: int, rng: np.random.Generator,
            deadline: Deadline) -> list[tuple[float, str, np.ndarray, int]]:
     """``anneal`` from every start in turn on one random stream: (best planned train end, start's
-    name, its finish steps, moves made) per start."""
+    name, its finish steps, moves made) per start; the finish steps are None where the start could
+    not be scored in time."""
     walks = []
     for name, start in starts.items():
         value, finish, done = anneal(timeline, start, evaluations, rng, deadline)
@@ -525,22 +561,27 @@ def solve_step_plan(problem, *, evaluations: int = EVALUATIONS, sequence_moves: 
         if finish is not None:
             starts["sequence"] = finish
     found = _walks(timeline, starts, evaluations, rng, search)
-    value, name, finish, _ = min(found, key=_planned_then_name)
-    schedule, limits = replay(problem, timeline.plan(finish)), "every limit"
-    if timeline.reservation and not timeline.roomy and not search.expired():
+    scored = [walk for walk in found if walk[2] is not None]
+    # no start scored in time (responses of 1e7 tokens and more under a few seconds): fifo's
+    # schedule stands
+    value, name, finish, _ = min(scored, key=_planned_then_name) if scored else (np.inf, None, None, 0)
+    schedule, limits = (replay(problem, timeline.plan(finish)) if scored else None), "every limit"
+    if scored and timeline.reservation and not timeline.roomy and not search.expired():
         # the same walks within the batch and KV limits alone (their own random stream), the
         # replay delaying the admissions SGLang's reservation refuses; the plan whose replay
         # ends first stands (module docstring)
         loose = StepTimeline(problem, reservation=False)
         walks = _walks(loose, starts, evaluations, np.random.default_rng([seed, 2]), search)
         found += walks
-        v, other, f, _ = min(walks, key=_planned_then_name)
-        alternative = replay(problem, loose.plan(f))
-        if alternative.metrics()["train_end_s"] < schedule.metrics()["train_end_s"] * (1 - 1e-9):   # not float noise
+        walks = [walk for walk in walks if walk[2] is not None]
+        v, other, f, _ = min(walks, key=_planned_then_name) if walks else (np.inf, None, None, 0)
+        alternative = replay(problem, loose.plan(f)) if walks else None
+        if (alternative is not None     # and not float noise
+                and alternative.metrics()["train_end_s"] < schedule.metrics()["train_end_s"] * (1 - 1e-9)):
             value, name, schedule, limits = v, other, alternative, "the batch and KV limits"
-    walked = schedule.metrics()["train_end_s"]
+    walked = schedule.metrics()["train_end_s"] if schedule is not None else np.inf
     fallback = best_policy(problem, search, online)
-    if fallback[1].metrics()["train_end_s"] < walked * (1 - 1e-9):
+    if schedule is None or fallback[1].metrics()["train_end_s"] < walked * (1 - 1e-9):
         schedule = fallback[1]
     schedule.policy = "step-plan"
     replayed = schedule.metrics()["train_end_s"]
@@ -564,10 +605,12 @@ def solve_step_plan(problem, *, evaluations: int = EVALUATIONS, sequence_moves: 
         # as a certified bound (``report._reference``), like an exact solver's
         params.update(step_bound_s=proof.bound_s, step_bound_closed=proof.closed, step_bound_width=proof.width,
                       bound_proven=True)
-    cut = search.expired()     # its share of the limit, which ends first
+    # its share of the limit, which ends first, or a walk stopped where its next score would not fit
+    cut = search.expired() or any(walk[3] < evaluations for walk in found)
     planned = (f"planned {value:.3f} s within {limits}" if within
                else "no plan within the engine's limits found")
-    message = (f"best of {len(found)} walks ({name}): {planned}, replayed {walked:.3f} s"
+    message = ((f"best of {len(found)} walks ({name}): {planned}, replayed {walked:.3f} s" if scored
+                else f"no walk's start could be scored within the time limit ({len(found)} starts)")
                + (f"; the online policy {fallback[0]}'s schedule ends first, {replayed:.3f} s, and stands"
                   if params["fallback"] else "")
                + (f"; the bound's MILP solutions as update sequences end first, {replayed:.3f} s"

@@ -3,6 +3,7 @@ simulator's (replayed to the microsecond), the bound equals the brute-force best
 plan where the argument says it must, and it holds below every policy's schedule on random
 rounds of every engine mode."""
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -424,6 +425,47 @@ def test_a_limit_within_the_rescoring_share_leaves_no_search_and_fifo_simulated_
     walked = replay(p, StepTimeline(p).plan(seeds(p, StepTimeline(p))[r.params["start"]])).metrics()["train_end_s"]
     assert r.objectives["train_end_s"] == pytest.approx(min(fifo, walked))
     assert r.params["fallback"] in (None, "fifo")
+
+
+def _long_round(n):
+    """Two groups, one of an n-token response: every timeline spans n decode steps."""
+    return small_round([[n, 4], [3, n // 5]], [10, 10], seqs=2, cap=6 * n, c0=1.0, per_token=0.125,
+                       budget=6 * n)
+
+
+def test_a_timeline_that_would_not_fit_the_time_left_is_not_started(monkeypatch):
+    """A timeline is linear in the decode steps with no clock inside: a score is started only
+    while it and the best plan's timeline fit the search's time; where no start fits, the online
+    policies' best schedule stands (fifo's, simulated first)."""
+    p = _long_round(200_000)
+    monkeypatch.setattr("pipeplan.solvers.rollout.step_plan.TIMELINE_S_PER_STEP", 1e-3)   # 200 s a timeline
+    r = pipeplan.solve(p, "step-plan", time_limit=30)
+    assert r.termination.value == "time_limit" and r.stopped_by == "time"
+    assert r.params["evaluations_done"] == 0 and r.params["start"] is None and r.params["fallback"] is not None
+    assert "no walk's start could be scored" in r.message
+    assert r.objectives["train_end_s"] == pytest.approx(
+        min(simulate(p, make_policy(q)).metrics()["train_end_s"] for q in POLICIES))
+    free = pipeplan.solve(p, "step-plan", evaluations=3, sequence_moves=0)       # no limit: every start scored
+    assert free.termination.value == "completed" and free.params["evaluations_done"] == 6
+
+
+def test_long_responses_keep_the_time_limit(monkeypatch):
+    """Audit: 2e7-token responses under a 3 s limit took 5.1-7.0 s (four timelines of 1.0-1.4 s
+    after the clock); here 3e6 tokens under 0.3 s had taken 0.6-0.9 s, three timelines ending
+    past the limit. Every timeline now ends within it."""
+    p = _long_round(3_000_000)
+    ends, step_times = [], StepTimeline.step_times
+
+    def timed(self, finish):
+        out = step_times(self, finish)
+        ends.append(time.perf_counter())
+        return out
+
+    monkeypatch.setattr(StepTimeline, "step_times", timed)
+    began = time.perf_counter()
+    r = pipeplan.solve(p, "step-plan", time_limit=0.3)
+    assert all(end - began <= 0.3 for end in ends) and time.perf_counter() - began <= 0.3 * 1.1 + 0.1
+    assert r.termination.value == "time_limit" and check(p, replay(p, r.plan)) == []
 
 
 @pytest.mark.parametrize("field", ["evaluations", "sequence_moves"])

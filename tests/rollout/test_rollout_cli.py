@@ -110,9 +110,11 @@ def test_huge_token_counts_in_a_problem_file_are_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_compare_when_every_solver_fails_prints_the_rows(tmp_path):
+def test_compare_when_every_solver_fails_prints_the_rows_and_exits_1(tmp_path):
     """step-plan refuses a timeline past the memory cap (a round of 5e8-token responses took
-    23 GB): that is its row's error; compare crashed with no schedule to compare against."""
+    23 GB): that is its row's error; compare crashed with no schedule to compare against, then
+    exited 0 with no solver's schedule. Now it prints and writes the rows and exits 1, as a failed
+    `solve` does, with one line naming the first failure; one solver that succeeds is exit 0."""
     f = tmp_path / "p.json"
     doc = json.loads((ROOT / "tests/bad_inputs/good/rollout_problem.json").read_text())
     doc["response_tokens"][0][0] = 10 ** 6
@@ -120,9 +122,14 @@ def test_compare_when_every_solver_fails_prints_the_rows(tmp_path):
     f.write_text(json.dumps(doc))
     proc = run_cli("rollout", "compare", f, "--policies", "step-plan", "--out", tmp_path / "out",
                    env={"PIPEPLAN_MAX_MEMORY_MB": "10"})
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     assert "reference: none" in proc.stdout and "| step-plan | - |" in proc.stdout
     assert "response_tokens" in (tmp_path / "out" / "compare.csv").read_text()
+    line, = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "every solver failed (1); step-plan:" in line and "Traceback" not in line
+    proc = run_cli("rollout", "compare", f, "--policies", "step-plan,fifo", env={"PIPEPLAN_MAX_MEMORY_MB": "10"})
+    assert proc.returncode == 0, proc.stderr
+    assert "| step-plan | - |" in proc.stdout and "| fifo |" in proc.stdout
 
 
 def test_trace_with_a_negative_length_is_rejected(tmp_path):

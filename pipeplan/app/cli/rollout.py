@@ -8,7 +8,8 @@ real-engine features ``replicas=2 router=group_affinity prefix_sharing=true retr
 policy_victims=true priority_preemption=true resume=swap swap_s_per_token=2.3e-6``. Bad input
 (R < U, K < 1, a trace with a missing or negative length, a capacity that cannot hold one
 request, zero replicas, rounds < 1, staleness < 0, an unknown preset, policy or engine field)
-prints one ``error:`` line and exits 2 before anything is written.
+prints one ``error:`` line and exits 2 before anything is written. ``compare`` where every
+solver failed prints its rows and exits 1 (one ``error:`` line naming the first failure).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import typer
 from pipeplan.app.cli.common import command_text, listed, name_list, refuse_twice
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, SolverFailure
 from pipeplan.core.io import check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 
@@ -234,6 +235,12 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
             write_atomic(stage / "compare.md", md)
             write_atomic(stage / "compare.csv", csv_text(rows, list(rows[0])))
     typer.echo(md, nl=False)
+    if not any(r.objectives for r in results.values()):
+        # every solver failed: no schedule at all, as a failed `solve` (exit 1 after its result);
+        # some failed: their rows say so and the others stand (exit 0, as `compare` and `bench`)
+        first, r = next(iter(results.items()))
+        raise SolverFailure(f"{problem.name}: rollout compare",
+                            f"every solver failed ({len(results)}); {first}: {r.message or r.termination.value}")
 
 
 @rollout_app.command("optimum")

@@ -4,7 +4,8 @@ response tokens (optionally the prompt tokens), turned into one round.
 CSV header (any column order): ``prompt_id,sample_id,response_tokens[,prompt_tokens]``;
 JSONL: one object per line with the same keys. Groups keep the order in which their prompt
 ids first appear; samples are sorted by sample id; every prompt needs the same number of
-samples (K). A missing, non-integer or negative length is an error naming the line.
+samples (K). A missing, non-integer, negative or too large length (over ``MAX_COUNT``, 1e9
+tokens) is an error naming the file, the line and the column (``t.csv: line 3: response_tokens``).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import load_json, load_text, parse_number, read_csv, too_many_digits
-from pipeplan.formulations.rollout.problem import RolloutProblem, problem_from_dict
+from pipeplan.formulations.rollout.problem import MAX_COUNT, RolloutProblem, problem_from_dict
 from pipeplan.formulations.rollout.workloads import check_groups, make_round
 
 REQUIRED = ("prompt_id", "sample_id", "response_tokens")
@@ -58,6 +59,8 @@ def _count(path: Path, n: int, row: dict, key: str, *, positive: bool = False) -
     if number < (1 if positive else 0):
         raise InputError(str(path), f"line {n}: {key}",
                          f"expected a {'positive' if positive else 'non-negative'} whole number, got {value!r}")
+    if number > MAX_COUNT:   # checked here, where the line is known (the round's own check names an index)
+        raise InputError(str(path), f"line {n}: {key}", f"expected at most {MAX_COUNT:,} tokens, got {value!r}")
     return number
 
 

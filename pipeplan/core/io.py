@@ -287,7 +287,12 @@ def staged_folder(out: str | Path) -> Iterator[Path]:
     into ``out`` (created if needed) only when the block ends without an error, so a failure
     midway leaves ``out`` as it was (and creates nothing). Files already in ``out`` that the
     command does not write again stay. Every destination is checked with :func:`check_output`
-    (and must stay inside ``out``) before the first file moves."""
+    (and must stay inside ``out``) before the first file moves.
+
+    The commit is as atomic as the file system allows: a new ``out`` is the stage folder renamed
+    once; into an existing ``out`` the files move one by one, each file it replaces hard-linked
+    (or copied) aside first, and a failure (or a signal) partway moves every replaced file back
+    and removes the files and folders this commit created, so ``out`` is as it was."""
     out = check_output(out, folder=True)
     anchor = out.parent
     while not anchor.exists():         # stage in the nearest existing folder: same file system
@@ -303,14 +308,106 @@ def staged_folder(out: str | Path) -> Iterator[Path]:
         for _, dst in moves:
             _check_inside(out, dst)
         try:
-            out.mkdir(parents=True, exist_ok=True)
-            for src, dst in moves:
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, dst)
+            if os.path.lexists(out):
+                _move_in(stage, out, moves, anchor)
+            else:
+                _rename_in(stage, out)
         except OSError as exc:
             raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; the ones created, outermost first."""
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    created = []
+    try:
+        for f in reversed(missing):
+            f.mkdir()
+            created.append(f)
+    except BaseException:
+        _remove_folders(created)
+        raise
+    return created
+
+
+def _remove_folders(created: list[Path]) -> None:
+    """Remove folders this commit created, innermost first, only while they are empty."""
+    for f in reversed(created):
+        try:
+            f.rmdir()
+        except OSError:
+            pass
+
+
+def _rename_in(stage: Path, out: Path) -> None:
+    """A new ``out``: the stage itself, renamed once (its empty folders dropped, its mode the
+    one ``mkdir`` would give), so every file appears at the same instant."""
+    for folder, subdirs, names in os.walk(stage, topdown=False):
+        if folder != str(stage) and not os.listdir(folder):
+            os.rmdir(folder)
+    mask = os.umask(0)
+    os.umask(mask)
+    created = _make_folders(out.parent)
+    try:
+        os.chmod(stage, 0o777 & ~mask)
+        os.rename(stage, out)
+    except BaseException:
+        _remove_folders(created)
+        raise
+
+
+def _move_in(stage: Path, out: Path, moves: list[tuple[Path, Path]], anchor: Path) -> None:
+    """Move ``moves`` into the existing ``out``, undoing every move if one fails: a replaced
+    file is hard-linked (or copied) into a backup folder before the move and put back on
+    failure; a new file and the folders created for it are removed. A file that cannot be put
+    back is kept in the backup folder, which the error names (nothing the tool did not write
+    is deleted)."""
+    backup = Path(tempfile.mkdtemp(prefix=".pp-undo-", dir=anchor))
+    done: list[tuple[Path, Path | None]] = []       # (destination, its backup or None if new)
+    created: list[Path] = []
+    try:
+        for i, (src, dst) in enumerate(moves):
+            created += _make_folders(dst.parent)
+            saved = None
+            if os.path.lexists(dst):
+                saved = backup / str(i)
+                try:
+                    os.link(dst, saved)
+                except OSError:
+                    shutil.copy2(dst, saved)
+            done.append((dst, saved))
+            os.replace(src, dst)
+    except BaseException as exc:
+        lost = _undo(done, created)
+        if lost:
+            if isinstance(exc, OSError):
+                raise InputError(str(out), "", f"cannot write ({exc.strerror or exc}); {len(lost)} replaced "
+                                 f"file(s) could not be put back, their earlier versions are in {backup}: "
+                                 + ", ".join(str(d) for d in lost)) from None
+            raise
+        shutil.rmtree(backup, ignore_errors=True)
+        raise
+    shutil.rmtree(backup, ignore_errors=True)
+
+
+def _undo(done: list[tuple[Path, Path | None]], created: list[Path]) -> list[Path]:
+    """Put back what :func:`_move_in` did, last move first; the destinations it could not put back."""
+    lost = []
+    for dst, saved in reversed(done):
+        try:
+            if saved is None:
+                dst.unlink(missing_ok=True)
+            elif os.path.lexists(saved):
+                os.replace(saved, dst)
+        except OSError:
+            lost.append(dst)
+    _remove_folders(created)
+    return lost
 
 
 def _check_inside(out: Path, dst: Path) -> None:

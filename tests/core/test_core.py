@@ -1,9 +1,12 @@
 """Core: SolveResult JSON round-trip, registry, solve() turning solver crashes into results."""
+import os
+
 import pytest
 
 import pipeplan
 from pipeplan.core import registry
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import staged_folder
 from pipeplan.core.registry import get_solver, register, solvers
 from pipeplan.core.result import Quality, SolveResult, Termination
 from tests.helpers import tiny_problem
@@ -75,3 +78,68 @@ def test_staged_folder_publishes_everything_or_nothing(tmp_path):
     assert (out / "a.csv").read_text() == "1\n" and (out / "plots" / "b.png").read_bytes() == b"png"
     assert (out / "keep.txt").read_text() == "mine"
     assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["results"]
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_staged_folder_commit_failing_partway_leaves_out_as_it_was(tmp_path, monkeypatch, fail_at):
+    """The files move into an existing --out one by one: a move failing partway (here the
+    second or third; the third replaces a file and needs a new subfolder) undoes the moves
+    before it, so --out is unchanged and nothing is left beside it."""
+    from pipeplan.core import io as core_io
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.csv").write_text("old a")
+    (out / "keep.txt").write_text("mine")
+    real_replace, calls = os.replace, []
+
+    def failing_replace(src, dst):
+        calls.append(dst)
+        if len(calls) == fail_at:
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(InputError, match="cannot write .No space left on device"):
+        with staged_folder(out) as stage:
+            (stage / "a.csv").write_text("new a")
+            (stage / "b.csv").write_text("new b")
+            (stage / "sub").mkdir()
+            (stage / "sub" / "c.csv").write_text("new c")
+            monkeypatch.setattr(core_io.os, "replace", failing_replace)
+    monkeypatch.undo()
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv", "keep.txt"]          # no sub/ left
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]                          # no stage, no backup
+    with staged_folder(out) as stage:                                                # and it still works
+        (stage / "a.csv").write_text("new a")
+        (stage / "sub").mkdir()
+        (stage / "sub" / "c.csv").write_text("new c")
+    assert (out / "a.csv").read_text() == "new a" and (out / "sub" / "c.csv").read_text() == "new c"
+    assert (out / "keep.txt").read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_staged_folder_new_out_appears_by_one_rename(tmp_path, monkeypatch):
+    """A new --out is the stage renamed once: a failing rename creates nothing (nor the
+    missing parents); a working one gives the folder mkdir's mode, without empty subfolders."""
+    from pipeplan.core import io as core_io
+
+    out = tmp_path / "deep" / "results"
+
+    def failing_rename(src, dst):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(InputError, match="cannot write"):
+        with staged_folder(out) as stage:
+            (stage / "a.csv").write_text("1")
+            monkeypatch.setattr(core_io.os, "rename", failing_rename)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    with staged_folder(out) as stage:
+        (stage / "a.csv").write_text("1")
+        (stage / "empty").mkdir()
+    mask = os.umask(0)
+    os.umask(mask)
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv"]
+    assert out.stat().st_mode & 0o777 == 0o777 & ~mask
+    assert [p.name for p in (tmp_path / "deep").iterdir()] == ["results"]

@@ -62,6 +62,54 @@ def test_bench_suite_parameters_are_checked_when_the_suite_is_planned():
     assert err.value.source == "my.toml: mapping[0].params" and err.value.field == "tie_break"
 
 
+def test_every_declared_parameter_has_its_values_declared():
+    """Each solver parameter besides the common options has a Literal or a ``VALUES`` entry
+    (so the suite planner can check it), and its default passes that check."""
+    from pipeplan.core.registry import COMMON
+    for s in solvers():
+        for name, p in s.params.items():
+            if name not in COMMON:
+                assert p.choices is not None or p.values is not None, f"{s.kind}/{s.name}: {name}"
+                assert p.fault(p.default) is None, f"{s.kind}/{s.name}: {name}={p.default!r}"
+
+
+@pytest.mark.parametrize("system, instance, solver, params", [
+    ("rollout", "rollout/tiny-0", "fgd-soft", {"frontier": 0}),
+    ("rollout", "rollout/tiny-0", "fifo", {"staleness": -3}),
+    ("rollout", "rollout/tiny-0", "cpsat", {"work_limit": -1}),
+    ("rollout", "rollout/tiny-0", "step-plan", {"prove_s": float("nan")}),
+    ("rollout", "rollout/tiny-0", "slack", {"alpha": 1.5}),
+    ("rollout", "rollout/tiny-0", "defer", {"held": "some"}),
+    ("rollout", "rollout/tiny-0", "cpsat", {"time_unit_s": 1e-300}),
+    ("rollout", "rollout/tiny-0", "cpsat-lns", {"part_s": float("inf")}),
+    ("gradcode", "gradcode/homog-n12-s1", "general", {"scenarios": 0}),
+    ("gradcode", "gradcode/homog-n12-s1", "milp", {"node_limit": 10**12}),
+    ("gradcode", "gradcode/homog-n12-s1", "cr", {"tries": "8"}),
+    ("mapping", "khadas-vim3/SqueezeV1", "cpsat", {"work_limit": float("nan")}),
+    ("mapping", "khadas-vim3/SqueezeV1", "nsga2", {"pop_size": 2.5}),
+    ("mapping", "khadas-vim3/SqueezeV1", "cpsat", {"bounds": {"latency_ms": float("inf")}}),
+    ("mapping", "khadas-vim3/SqueezeV1", "single", {"freq": "fastest"}),
+    ("multi", "multi/*", "nsga2", {"max_evaluations": 0}),
+    ("multi", "multi/*", "cpsat", {"work_limit": 10**400}),
+])
+def test_bench_suite_parameter_values_are_checked_when_the_suite_is_planned(system, instance, solver, params):
+    """A value a solver would refuse once running (or, as prove_s = nan, ignore) is refused up
+    front, for every system, naming the suite, the group and the parameter."""
+    suite = {system: [{"instances": [instance], "solvers": [solver], "params": params}]}
+    with pytest.raises(InputError) as err:
+        plan_runs(suite, source="my.toml")
+    assert err.value.source == f"my.toml: {system}[0].params" and err.value.field == next(iter(params))
+    assert "\n" not in err.value.one_line() and len(err.value.one_line()) < 300
+    with pytest.raises(InputError):          # pipeplan.solve checks the same way
+        get_solver(system, solver).check_params(params)
+
+
+def test_shipped_suites_parameters_pass_the_check():
+    from pipeplan.app.bench import load_suite
+    for name in ("quick", "full"):
+        assert plan_runs(load_suite(name)[1])
+
+
 @pytest.mark.parametrize("blocked,gone,kept", [
     (("ortools",), {"mapping/cpsat", "gradcode/cpsat", "rollout/cpsat"}, {"mapping/heft", "mapping/milp", "rollout/cgp"}),
     (("pulp", "highspy"), {"mapping/milp", "gradcode/milp"}, {"mapping/cpsat", "mapping/heft", "gradcode/fr"}),

@@ -19,6 +19,7 @@ import pytest
 
 import pipeplan
 from pipeplan.app.bench import catalogue
+from pipeplan.core.errors import InputError
 from pipeplan.core.registry import get_solver, solvers
 from pipeplan.core.result import Quality, Termination
 from pipeplan.instances.tiny import tiny_catalogue
@@ -74,10 +75,13 @@ def test_search_solvers_declare_a_work_limit(system, solver):
 
 @pytest.mark.parametrize("system,solver,value", [("mapping", "cpsat", -1.0), ("mapping", "nsga2", 0),
                                                  ("mapping", "milp", 2.5), ("rollout", "cpsat", math.inf)])
-def test_a_bad_work_limit_is_an_error_result(system, solver, value):
+def test_a_bad_work_limit_is_refused_before_the_solve(system, solver, value):
+    """The registry's declared values: an InputError naming the parameter, before any work (it
+    had been an error result once the solver ran, and in a bench an error record)."""
     problem = TINY[0] if system == "mapping" else load(system, "rollout/tiny-0")
-    r = pipeplan.solve(problem, solver, time_limit=10, **{WORK_LIMITS[system, solver]: value})
-    assert r.termination is Termination.ERROR and WORK_LIMITS[system, solver] in r.message
+    with pytest.raises(InputError) as err:
+        pipeplan.solve(problem, solver, time_limit=10, **{WORK_LIMITS[system, solver]: value})
+    assert err.value.field == WORK_LIMITS[system, solver]
 
 
 # ----------------------------------------------------------------------------- determinism

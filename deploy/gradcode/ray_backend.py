@@ -173,8 +173,9 @@ def train_ray(problem: GradCodeProblem, code: GradientCode, *, model: str = "sof
                 arrived.append(i)
                 if reply is not None:
                     replies[i] = reply
-            w = master.step(w, arrived, replies)
-            run.record_step(arrived, T, mean_loss(net, w, data.X, data.y))
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):   # diverging: Diverged
+                w = master.step(w, arrived, replies)
+                run.record_step(arrived, T, mean_loss(net, w, data.X, data.y))
             if progress:
                 progress(t + 1, steps)
         run.wall_s = time.perf_counter() - began

@@ -13,6 +13,7 @@ parameter count x 8 bytes (float64).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -28,6 +29,15 @@ from pipeplan.formulations.gradcode.queueing import WorkerQueues, step_costs
 from pipeplan.formulations.gradcode.simulator import compute_times
 
 DEFAULT_LR = {"softmax": 2.0, "mlp": 1.0}
+
+
+class Diverged(ArithmeticError):
+    """The training loss left the finite numbers (a learning rate far too large: --lr 1e308 had
+    trained to a NaN loss with exit 0); the run stops at that step."""
+
+    def __init__(self, step: int, loss: float, lr: float):
+        self.step, self.loss, self.lr = step, loss, lr
+        super().__init__(f"training diverged at step {step}: the loss is {loss} (lr {lr:g})")
 
 
 @dataclass
@@ -51,6 +61,8 @@ class TrainingRun:
                     step_s: float | None = None) -> None:
         """One finished step: who was used, how long it took (``step_s``, else its slowest used
         reply), the loss."""
+        if not math.isfinite(loss):
+            raise Diverged(len(self.loss), loss, self.lr)
         self.survivors.append(survivors)
         if step_s is None:
             step_s = float(reply_times[survivors].max())
@@ -118,27 +130,28 @@ def train_simulated(problem: GradCodeProblem, code: GradientCode, *, model: str 
     run = TrainingRun(code.scheme, "sim", model, code.n, code.s, lr, seed,
                       loss=[mean_loss(net, w, data.X, data.y)], time_s=[0.0])
     began = time.perf_counter()
-    for t in range(steps):
-        timing = queues.step(clock.compute(t), clock.delays[t])
-        if replay is not None:
-            survivors, step_s = [int(x) for x in replay[t]], None
-        else:
-            order = arrival_order(timing.arrival)
-            survivors, step_s = [int(x) for x in order[:master.needed(order)]], timing.duration
-        cache: dict[int, np.ndarray] = {}
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):   # a diverging run: Diverged, no warnings
+        for t in range(steps):
+            timing = queues.step(clock.compute(t), clock.delays[t])
+            if replay is not None:
+                survivors, step_s = [int(x) for x in replay[t]], None
+            else:
+                order = arrival_order(timing.arrival)
+                survivors, step_s = [int(x) for x in order[:master.needed(order)]], timing.duration
+            cache: dict[int, np.ndarray] = {}
 
-        def grad_of(j: int, w=w) -> np.ndarray:
-            if j not in cache:
-                cache[j] = net.loss_and_grad_sum(w, *parts[j])[1] / N
-            return cache[j]
+            def grad_of(j: int, w=w) -> np.ndarray:
+                if j not in cache:
+                    cache[j] = net.loss_and_grad_sum(w, *parts[j])[1] / N
+                return cache[j]
 
-        replies = {i: r for i, wk in enumerate(workers)
-                   if timing.working[i] and (r := wk.reply(t, grad_of)) is not None}
-        run.skipped_work += int(code.n - timing.working.sum())
-        w = master.step(w, survivors, replies)
-        run.record_step(survivors, clock.reply_times(t), mean_loss(net, w, data.X, data.y), step_s)
-        if progress:
-            progress(t + 1, steps)
+            replies = {i: r for i, wk in enumerate(workers)
+                       if timing.working[i] and (r := wk.reply(t, grad_of)) is not None}
+            run.skipped_work += int(code.n - timing.working.sum())
+            w = master.step(w, survivors, replies)
+            run.record_step(survivors, clock.reply_times(t), mean_loss(net, w, data.X, data.y), step_s)
+            if progress:
+                progress(t + 1, steps)
     run.wall_s = time.perf_counter() - began
     run.test_accuracy = accuracy(net, w, data.X_test, data.y_test)
     return run

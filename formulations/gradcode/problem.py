@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipeplan.core.errors import InputError
-from pipeplan.formulations.gradcode.straggler import StragglerModel, model_from_dict
+from pipeplan.formulations.gradcode.straggler import MAX_SECONDS, StragglerModel, model_from_dict
 
 SCHEMA = "pipeplan.gradcode-problem/1"
 
@@ -28,6 +28,13 @@ SCHEMA = "pipeplan.gradcode-problem/1"
 # allocating terabytes.
 MAX_SIZE = 10_000
 TIMING_FIELDS = ("link_mb_per_s", "gradient_mb", "decode_s_per_reply")
+# Ranges of the other time and rate fields (``straggler.MAX_SECONDS`` bounds every time term):
+# worker speeds relative to speed 1, a gradient's size (MB), a link's bandwidth (MB/s: 0 is a
+# free link, else at least a byte per second; a reply's transfer, gradient_mb / link_mb_per_s,
+# at most MAX_SECONDS). --gradient-mb 1e308 --link-mb-per-s 1e-300 made every step inf.
+SPEEDS = (1e-6, 1e6)
+MAX_GRADIENT_MB = 1e9
+LINK_MB_PER_S = (1e-6, 1e12)
 
 
 @dataclass(frozen=True)
@@ -71,23 +78,34 @@ class GradCodeProblem:
             if len(v) != self.n:
                 raise InputError(where, name, f"{len(v)} values for n = {self.n} workers")
         for i, v in enumerate(self.speeds):
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise InputError(where, f"speeds[{i}]", f"must be a positive number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or not SPEEDS[0] <= v <= SPEEDS[1]:
+                raise InputError(where, f"speeds[{i}]", f"must be a positive number from {SPEEDS[0]:g} to {SPEEDS[1]:g} "
+                                                        f"(relative to speed 1), got {v!r}")
         for i, v in enumerate(self.straggle_prob):
             if not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 raise InputError(where, f"straggle_prob[{i}]", f"must be in [0, 1], got {v!r}")
         for i, v in enumerate(self.capacity):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(where, f"capacity[{i}]", f"must be an integer >= 1, got {v!r}")
-        if not (isinstance(self.partition_time_s, (int, float)) and math.isfinite(self.partition_time_s)
-                and self.partition_time_s > 0):
-            raise InputError(where, "partition_time_s", f"must be positive, got {self.partition_time_s!r}")
+        if not (isinstance(self.partition_time_s, (int, float)) and not isinstance(self.partition_time_s, bool)
+                and math.isfinite(self.partition_time_s) and 0 < self.partition_time_s <= MAX_SECONDS):
+            raise InputError(where, "partition_time_s", f"must be a positive number of seconds, at most "
+                                                        f"{MAX_SECONDS:g}, got {self.partition_time_s!r}")
         if not isinstance(self.carry_over, bool):
             raise InputError(where, "carry_over", f"must be true or false, got {self.carry_over!r}")
-        for name in TIMING_FIELDS:
+        for name, most in (("link_mb_per_s", LINK_MB_PER_S[1]), ("gradient_mb", MAX_GRADIENT_MB),
+                           ("decode_s_per_reply", MAX_SECONDS)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise InputError(where, name, f"must be a finite number >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= most:
+                raise InputError(where, name, f"must be a finite number from 0 to {most:g}, got {v!r}")
+        if 0 < self.link_mb_per_s < LINK_MB_PER_S[0]:
+            raise InputError(where, "link_mb_per_s", f"must be 0 (a free link) or at least {LINK_MB_PER_S[0]:g} "
+                                                     f"MB/s, got {self.link_mb_per_s!r}")
+        if self.link_mb_per_s > 0 and self.gradient_mb / self.link_mb_per_s > MAX_SECONDS:
+            raise InputError(where, "link_mb_per_s", f"a reply of gradient_mb = {self.gradient_mb:g} MB takes "
+                             f"{self.gradient_mb / self.link_mb_per_s:.3g} s at {self.link_mb_per_s:g} MB/s, "
+                             f"more than {MAX_SECONDS:g} s")
         if self.straggler.kind == "trace" and len(self.straggler.trace[0]) < self.n:
             raise InputError(self.straggler.trace_file or where, "columns",
                              f"delay trace has {len(self.straggler.trace[0])} columns for n = {self.n} workers")

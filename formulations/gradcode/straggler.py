@@ -27,6 +27,14 @@ from pipeplan.core.errors import InputError
 from pipeplan.core.io import parse_number, read_csv
 
 KINDS = ("none", "exponential", "shifted-exponential", "pareto", "markov", "trace")
+# The most seconds one time term may take: a straggler's mean, shift or scale, a trace's delay
+# (and, in the problem, a partition's computation, a reply's transfer, a decode per reply). A
+# step sums at most 10,000 partitions, and the statistics of the longest runs stay finite: at
+# --mean 1e308 simulate printed inf and NaN statistics with exit 0.
+MAX_SECONDS = 1e6
+# pareto's shape: a draw is scale x exp(E / alpha) with E at most about 44 (numpy's exponential
+# from a 53-bit uniform), so below 0.5 draws pass 10^38 x scale (--alpha 1e-300: every one inf)
+PARETO_ALPHA = (0.5, 1000.0)
 
 
 @dataclass(frozen=True)
@@ -44,12 +52,15 @@ class StragglerModel:
         where = "straggler"
         if self.kind not in KINDS:
             raise InputError(where, "kind", f"unknown straggler model {self.kind!r} (known: {', '.join(KINDS)})")
-        for name in ("mean_s", "shift_s", "scale_s", "alpha"):
+        for name, most in (("mean_s", MAX_SECONDS), ("shift_s", MAX_SECONDS), ("scale_s", MAX_SECONDS),
+                           ("alpha", PARETO_ALPHA[1])):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise InputError(where, name, f"must be a finite number >= 0, got {v!r}")
-        if self.kind == "pareto" and not (self.alpha > 0 and self.scale_s > 0):
-            raise InputError(where, "alpha", "pareto needs alpha > 0 and scale_s > 0")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= most:
+                raise InputError(where, name, f"must be a finite number from 0 to {most:g}, got {v!r}")
+        if self.kind == "pareto" and not (PARETO_ALPHA[0] <= self.alpha and self.scale_s > 0):
+            raise InputError(where, "alpha" if self.alpha < PARETO_ALPHA[0] else "scale_s",
+                             f"pareto needs alpha from {PARETO_ALPHA[0]:g} to {PARETO_ALPHA[1]:g} and scale_s > 0, "
+                             f"got alpha {self.alpha!r}, scale_s {self.scale_s!r}")
         if not 0 <= self.stay < 1:
             raise InputError(where, "stay", f"must be in [0, 1), got {self.stay!r}")
         if self.kind == "trace" and not self.trace:
@@ -85,8 +96,9 @@ def load_trace(path: str | Path) -> tuple[tuple[float, ...], ...]:
             raise InputError(str(path), f"line {line}", f"{len(row)} columns, expected {width}")
         vals = tuple(parse_number(c, str(path), f"line {line}: column {col}") for col, c in enumerate(row, start=1))
         for col, v in enumerate(vals, start=1):
-            if v < 0:
-                raise InputError(str(path), f"line {line}: column {col}", f"delays must be >= 0, got {v}")
+            if not 0 <= v <= MAX_SECONDS:
+                raise InputError(str(path), f"line {line}: column {col}",
+                                 f"delays must be >= 0 and at most {MAX_SECONDS:g} s, got {v}")
         out.append(vals)
     return tuple(out)
 

@@ -1,6 +1,7 @@
 """``pipeplan gradcode`` run as a user runs it: outputs, and one-line errors with exit 2 and no
 output file on bad input."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -63,11 +64,53 @@ def test_simulate_and_train_print_json(tmp_path):
     (("place", "--scheme", "cr", "--n", 10 ** 20, "--s", 1), ("--n", "need 1 to 10000 workers")),   # was a traceback
     (("train", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 5, "--lr", "inf"), ("--lr", "finite")),  # NaN loss
     (("train", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 5, "--target-loss", "nan"), ("--target-loss",)),
+    # time and rate ranges (inf/NaN statistics with exit 0 before), checked with the problem
+    (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 10, "--mean", "1e308",
+      "--partition-time", "1e308"), ("--mean", "1e+06")),
+    (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 10, "--partition-time", "1e308"),
+     ("--partition-time", "1e+06")),
+    (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 10, "--gradient-mb", "1e308",
+      "--link-mb-per-s", "1e-300"), ("--gradient-mb",)),
+    (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 10, "--gradient-mb", "1e6",
+      "--link-mb-per-s", "1e-3"), ("--link-mb-per-s", "more than 1e+06 s")),
+    (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 10, "--delay", "pareto", "--alpha", "1e-300"),
+     ("--alpha", "0.5")),
+    (("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 10, "--decode-s-per-reply", "1e300"),
+     ("--decode-s-per-reply",)),
 ])
 def test_bad_options(args, needles, tmp_path):
     out = tmp_path / "never.json"
-    assert_input_error(cli(*args, *(["--out", out] if args[0] == "place" else [])), *needles)
+    proc = cli(*args, *(["--out", out] if args[0] in ("place", "train", "simulate") else []))
+    assert_input_error(proc, *needles)
+    assert "Warning" not in proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("model", ["softmax", "mlp"])
+def test_a_diverging_training_run_is_an_error_naming_the_learning_rate(model, tmp_path):
+    """--lr 1e308 trained to a NaN loss and printed it with exit 0; the run now stops at the
+    first step whose loss is not finite (after the progress lines of the steps before it)."""
+    out = tmp_path / "run.json"
+    proc = cli("train", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 20, "--model", model, "--lr", "1e308",
+               "--out", out)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --lr: training diverged at step") and "lower --lr" in last
+    assert proc.stdout == "" and not out.exists()
+
+
+def test_time_values_at_their_limits_give_finite_statistics():
+    """Every time and rate field at the end of its range: finite statistics, no warning."""
+    sim = cli("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 2000, "--mean", "1e6",
+              "--partition-time", "1e6", "--gradient-mb", "1e9", "--link-mb-per-s", "1e3",
+              "--decode-s-per-reply", "1e6", "--carry-over", "--json")
+    assert sim.returncode == 0 and not sim.stderr, sim.stderr
+    doc = json.loads(sim.stdout)
+    assert all(math.isfinite(doc[k]) for k in ("mean_step_s", "p99_step_s", "max_step_s", "total_s"))
+    pareto = cli("simulate", "--scheme", "fr", "--n", 4, "--s", 1, "--steps", 20000, "--delay", "pareto",
+                 "--alpha", "0.5", "--scale", "1e6", "--json")
+    assert pareto.returncode == 0 and not pareto.stderr, pareto.stderr
+    assert math.isfinite(json.loads(pareto.stdout)["total_s"])
 
 
 def test_bad_files(tmp_path):

@@ -106,7 +106,9 @@ def _problem(instance, n, s, *, straggler=None, prob=None, partition_time=None, 
         return replace(p, **changes) if changes else p
     except InputError as exc:    # name the option that set a timing field
         option = {"link_mb_per_s": "--link-mb-per-s", "gradient_mb": "--gradient-mb",
-                  "decode_s_per_reply": "--decode-s-per-reply"}.get(exc.field)
+                  "decode_s_per_reply": "--decode-s-per-reply", "partition_time_s": "--partition-time"}.get(exc.field)
+        if option == "--partition-time" and partition_time is None:
+            raise    # the instance's own field
         if option is None:
             raise
         raise InputError(option, "", exc.message) from None
@@ -347,19 +349,23 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
     if backend == "ray" and problem.timing_dict():
         raise InputError("--backend", "", "the timing options (--carry-over, --link-mb-per-s, ...) are for --backend sim")
     check_memory("--steps", steps, TRAIN_BYTES_PER_STEP + 8 * problem.n)
-    if backend == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise InputError("--backend", "", "ray is not installed (pip install 'pipeplan[ray]')") from None
-        from pipeplan.deploy.gradcode.ray_backend import train_ray
-        with _progress(f"train {code.scheme} on ray") as progress:
-            run = train_ray(problem, code, model=model, steps=steps, lr=lr, seed=seed, time_scale=time_scale,
-                            progress=progress)
-    else:
-        from pipeplan.deploy.gradcode.training import train_simulated
-        with _progress(f"train {code.scheme}") as progress:
-            run = train_simulated(problem, code, model=model, steps=steps, lr=lr, seed=seed, progress=progress)
+    from pipeplan.deploy.gradcode.training import DEFAULT_LR, Diverged
+    try:
+        if backend == "ray":
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                raise InputError("--backend", "", "ray is not installed (pip install 'pipeplan[ray]')") from None
+            from pipeplan.deploy.gradcode.ray_backend import train_ray
+            with _progress(f"train {code.scheme} on ray") as progress:
+                run = train_ray(problem, code, model=model, steps=steps, lr=lr, seed=seed, time_scale=time_scale,
+                                progress=progress)
+        else:
+            from pipeplan.deploy.gradcode.training import train_simulated
+            with _progress(f"train {code.scheme}") as progress:
+                run = train_simulated(problem, code, model=model, steps=steps, lr=lr, seed=seed, progress=progress)
+    except Diverged as exc:          # a learning rate far too large: no NaN summary with exit 0
+        raise InputError("--lr", "", f"{exc}; lower --lr ({model}'s default is {DEFAULT_LR[model]:g})") from None
     summary = {"scheme": run.scheme, "backend": run.backend, "model": model, "n": run.n, "s": problem.s,
                "steps": steps, "final_loss": run.loss[-1], "virtual_time_s": run.time_s[-1],
                "test_accuracy": run.test_accuracy, "wall_s": round(run.wall_s, 3), **problem.timing_dict()}

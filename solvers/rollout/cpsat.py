@@ -30,7 +30,7 @@ import time
 
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.errors import InputError
-from pipeplan.core.registry import register
+from pipeplan.core.registry import VALUES, register
 from pipeplan.core.result import Quality, Termination, stop_note
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.fixed_model import completions, fixed_model, list_schedule
@@ -51,6 +51,9 @@ OPTIMALITY_TOL = 1e-5  # relative; what is left when update times were rounded t
 # looks at its time limit (lsat-ar R = 512: 0.33 s after a 1.86 s build; R = 2,000: 5.6 s after
 # 29.9 s, with a 0.1 s limit): with less time left than this share, the model is not solved
 LOAD_PER_BUILD = 0.25
+# CP-SAT's integers are 64-bit and it refuses a constraint whose terms could overflow them: the
+# update rows scale times by SCALE, so a round may span at most this many time units
+MAX_HORIZON_UNITS = 2**61 // (2 * SCALE)
 
 
 def measured_tau(problem: RolloutProblem) -> float:
@@ -73,8 +76,11 @@ def _hint_orders(problem: RolloutProblem) -> dict[str, list[int]]:
 class RolloutCpModel:
     """Times are integers in ``unit_s``; request starts are multiples of ``grid`` units."""
 
-    def __init__(self, problem: RolloutProblem, m, unit_s: float, grid: int = 1, deadline: Deadline | None = None):
-        """Raises OutOfTime when ``deadline`` passes before the model is built."""
+    def __init__(self, problem: RolloutProblem, m, unit_s: float, grid: int = 1, deadline: Deadline | None = None,
+                 coarser_unit: bool = True):
+        """Raises OutOfTime when ``deadline`` passes before the model is built, InputError when the
+        round's times in units of ``unit_s`` overflow CP-SAT's integers (naming a ``time_unit_s``
+        that fits, where the solver takes one: ``coarser_unit``)."""
         from ortools.sat.python import cp_model
         deadline = deadline or Deadline(None)
         self.problem, self.m, self.unit, self.grid = problem, m, unit_s, grid
@@ -93,6 +99,14 @@ class RolloutCpModel:
         self.sizes = sizes
         upd_max = [self._update_time(sum(sorted(p.group_tokens)[len(p.group_tokens) - n:])) for n in sizes]
         horizon = sum(self.dur) + sum(upd_max) + 1
+        if horizon > MAX_HORIZON_UNITS or self.coef[2] * sum(p.group_tokens) > SCALE * MAX_HORIZON_UNITS:
+            fits = unit_s * max(horizon, self.coef[2] * sum(p.group_tokens) / SCALE) / MAX_HORIZON_UNITS
+            coarsest = VALUES["time_unit_s"].hi
+            raise InputError(p.source or p.name, "time_unit_s" if not m.exact else "response_tokens",
+                             f"the round spans about {horizon * unit_s:.3g} s, {horizon:.3g} units of {unit_s:g} s: "
+                             f"more than CP-SAT's 64-bit integer time holds ({MAX_HORIZON_UNITS:.3g} units)"
+                             + (f"; time_unit_s={fits * 1.01:.3g} fits it" if coarser_unit and not m.exact and fits * 1.01 <= coarsest
+                                else ""))
         md = self.md = cp_model.CpModel()
         self.step = [md.NewIntVar(0, horizon // grid, f"k{i}") for i in range(p.n_requests)]
         self.start = [grid * k for k in self.step]

@@ -153,7 +153,7 @@ def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, 
     plans = [(policy, online.plan())] + ([("start", start)] if start is not None else [])
     hint = best_hint(problem, m, search_clock)
     try:
-        model = RolloutCpModel(problem, m, unit, grid, deadline=search_clock)
+        model = RolloutCpModel(problem, m, unit, grid, deadline=search_clock, coarser_unit=False)
     except OutOfTime:
         model = None
     rng = np.random.default_rng(seed)

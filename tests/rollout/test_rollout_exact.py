@@ -84,3 +84,23 @@ def test_a_model_built_too_late_to_load_is_left_unsolved(monkeypatch):
     assert "built with too little of the time limit left to load it" in r.message
     monkeypatch.setattr(cpsat, "LOAD_PER_BUILD", 0.25)
     assert pipeplan.solve(problem, "cpsat", time_limit=20, threads=1).termination is Termination.OPTIMAL
+
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "cpsat-lns"])
+def test_a_round_past_cp_sats_integer_time_is_refused_by_name(solver):
+    """Times within the problem's limits can still exceed CP-SAT's 64-bit integers in model
+    units (10,000-token responses at 1e6 s per token: about 1e17 ms): a one-line error naming
+    the time unit, where OR-Tools had failed with a TypeError; the coarser unit it names fits."""
+    big = small_round([[10_000, 4], [3, 1]], [2, 10_000], seqs=2, cap=30_000, c0=1e6, c1=1e6, c2=1e6,
+                      prefill_s_per_token=1e6, per_token=1e6, optimizer=1.5, budget=40_000, U=1)
+    r = pipeplan.solve(big, solver, time_limit=10, threads=1)
+    assert r.termination is Termination.ERROR and "time_unit_s: the round spans about" in r.message
+    assert "64-bit" in r.message and "TypeError" not in r.message
+    if solver == "cpsat-lns":          # it takes no time unit, so it names none
+        assert "fits it" not in r.message
+        return
+    unit = float(r.message.split("time_unit_s=")[1].split(" ")[0])
+    r = pipeplan.solve(big, "cpsat", time_limit=10, threads=1, time_unit_s=unit)
+    assert r.quality is not Quality.NONE, r.message
+    assert check(big, replay(big, r.plan)) == []

@@ -7,7 +7,7 @@ missing library disables just the solvers whose ``requires`` names it.
 
 Parameters are read from the solver function's keyword-only arguments: their names, defaults,
 and allowed values where the annotation is a ``Literal``; every other parameter's values (type,
-range, finiteness) are declared once in ``VALUES`` by its name (a test requires an entry for
+range, finiteness) are declared once in ``param_values.VALUES`` by its name (a test requires an entry for
 each). ``pipeplan.solve`` and the bench's suite planner refuse any other keyword, and a value
 outside its ``Literal`` or its range, with an InputError naming the parameter, before any work. The
 common options are honoured as declared: a solver without ``time_limit`` runs to completion
@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
-import numbers
 import typing
 from dataclasses import dataclass, field
 from typing import Callable
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS, SYSTEMS
+from pipeplan.core.param_values import VALUES, Values
+from pipeplan.core.vocabulary import SYSTEMS
 
 # Modules that hold solvers, per system; imported on first use.
 SOLVER_MODULES: dict[str, tuple[str, ...]] = {
@@ -47,108 +46,6 @@ SOLVER_MODULES: dict[str, tuple[str, ...]] = {
 }
 
 COMMON = ("time_limit", "seed", "threads", "warm_start")
-
-
-@dataclass(frozen=True)
-class Values:
-    """What a parameter accepts besides None (where its default is None) and ``words``:
-    ``kind`` "int" (a whole number), "float" (a finite number; ``above``: ``lo`` itself
-    excluded), "bool", "table" (of finite numbers keyed by ``words``; ``any``: of anything),
-    "axes" (a list of 2 to 3 distinct ``words``), from ``lo`` to ``hi``."""
-    kind: str
-    lo: float | None = None
-    hi: float | None = None
-    above: bool = False
-    words: tuple = ()
-    any: bool = False
-
-    def fault(self, value) -> str | None:
-        """Why ``value`` is refused, or None."""
-        if isinstance(value, str) and value in self.words and self.kind not in ("table", "axes"):
-            return None
-        if self.kind == "str":
-            return f"takes {' or '.join(map(repr, self.words))}, got {_short(value)}"
-        if self.kind == "bool":
-            return None if isinstance(value, bool) else f"takes true or false, got {_short(value)}"
-        if self.kind == "table":
-            if not isinstance(value, dict):
-                return f"takes a table, got {_short(value)}"
-            for key, v in value.items():
-                if not self.any and key not in self.words:
-                    return f"takes a table keyed by {', '.join(self.words)}, got key {_short(key)}"
-                if not self.any and not _finite(v):
-                    return f"takes a table of finite numbers, got {key} = {_short(v)}"
-            return None
-        if self.kind == "axes":
-            if (not isinstance(value, (list, tuple)) or not 2 <= len(value) <= 3
-                    or any(v not in self.words for v in value) or len(set(value)) != len(value)):
-                return f"takes two or three distinct of {', '.join(self.words)}, got {_short(value)}"
-            return None
-        whole = self.kind == "int"
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real) \
-                or not _finite(value) or (self.lo is not None and (value <= self.lo if self.above else value < self.lo)) \
-                or (self.hi is not None and value > self.hi):
-            return f"takes {self.want()}, got {_short(value)}"
-        return None
-
-    def want(self) -> str:
-        """``a whole number from 1 to 1,000,000,000 or 'auto'`` and the like."""
-        lo = "" if self.lo is None else f" {'above' if self.above else 'from'} {_num(self.lo)}"
-        hi = "" if self.hi is None else f" {'to' if lo else 'at most'} {_num(self.hi)}"
-        words = "".join(f" or {w!r}" for w in self.words)
-        return f"{'a whole' if self.kind == 'int' else 'a finite'} number{lo}{hi}{words}"
-
-
-def _num(x: float) -> str:
-    return f"{int(x):,}" if x == int(x) and abs(x) >= 1 else f"{x:g}"
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _finite(value) -> bool:
-    try:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    except OverflowError:               # an integer beyond float range
-        return False
-
-
-MAX_WHOLE = 10**9    # counts of moves, evaluations, generations, weight versions, groups
-# Every parameter a solver declares besides the common options and its Literal ones, by name
-# (``(system, name)`` first where a system's meaning differs); ``tests/core/test_solver_params``
-# requires an entry for each, so a new parameter cannot escape the up-front check.
-VALUES: dict[str | tuple[str, str], Values] = {
-    "work_limit": Values("float", 0, above=True),                  # CP-SAT deterministic seconds
-    "node_limit": Values("int", 1, 2**31 - 1),                      # HiGHS's mip_max_nodes: a 32-bit int
-    "team_work": Values("float", 0, above=True),
-    "scenarios": Values("int", 1, 10_000),                          # (scenarios x workers) delay draws
-    "tries": Values("int", 1, 10**6),
-    "degree": Values("int", 1, 10_000),                             # at most n, checked when solved
-    "max_stages": Values("int", 1, MAX_WHOLE),
-    "pop_size": Values("int", 1, 100_000),
-    "generations": Values("int", 1, MAX_WHOLE),
-    "max_evaluations": Values("int", 1, MAX_WHOLE),
-    "objectives": Values("axes", words=MAPPING_AXES),
-    "bounds": Values("table", words=tuple(MAPPING_KEYS.values())),
-    "tie_break": Values("str", words=("default", *MAPPING_AXES)),   # another axis than the objective
-    "freq": Values("str", words=("max", "min")),
-    "shared_pus": Values("bool"),
-    "dvfs": Values("bool"),
-    "staleness": Values("int", 0, MAX_WHOLE),
-    "frontier": Values("int", 1, MAX_WHOLE),
-    "alpha": Values("float", 0, 1),
-    "held": Values("int", 0, MAX_WHOLE, words=("auto",)),
-    "evaluations": Values("int", 0, MAX_WHOLE),
-    "sequence_moves": Values("int", 0, MAX_WHOLE),
-    "prove_s": Values("float", 0, 1e6),
-    "part_s": Values("float", 0, 1e6, above=True),
-    "patience": Values("int", 1, MAX_WHOLE),
-    "start": Values("table", any=True),                             # a plan, checked against the round
-    "tau": Values("float", 0, 1e6, above=True),                     # seconds per token
-    "time_unit_s": Values("float", 1e-6, 1e3),                      # the CP-SAT model's integer time unit
-}
 
 
 @dataclass(frozen=True)

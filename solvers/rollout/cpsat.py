@@ -30,7 +30,8 @@ import time
 
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.errors import InputError
-from pipeplan.core.registry import VALUES, register
+from pipeplan.core.param_values import VALUES
+from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, Termination, stop_note
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.fixed_model import completions, fixed_model, list_schedule

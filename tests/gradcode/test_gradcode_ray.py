@@ -83,3 +83,17 @@ def test_blocking_stragglers_under_the_groups_rule(local_ray):
 def test_unknown_straggle_mode_is_refused():
     with pytest.raises(ValueError, match="straggle"):
         train_ray(homogeneous_problem(4, 1), build("pgc-fr", 4, 1), straggle="busy")
+
+
+def test_a_diverging_run_stops_with_its_step(local_ray):
+    """A learning rate far too large: the loss leaves the finite numbers and the run stops
+    there (``Diverged``, which the CLI turns into ``error: --lr: training diverged``), as the
+    simulated backend does, instead of training on to a NaN summary."""
+    from pipeplan.deploy.gradcode.training import Diverged
+    problem = trace_problem(((0.0, 0.0, 0.0, 0.0),) * 3, 0.01)
+    code = build("pgc-cr", 4, 1)
+    with pytest.raises(Diverged) as ray_run:
+        train_ray(problem, code, steps=3, lr=1e308, time_scale=0.0, straggle="sleep")
+    with pytest.raises(Diverged) as sim_run:
+        train_simulated(problem, code, steps=3, lr=1e308)
+    assert ray_run.value.step == sim_run.value.step >= 1

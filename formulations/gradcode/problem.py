@@ -86,8 +86,8 @@ class GradCodeProblem:
             if not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 raise InputError(where, f"straggle_prob[{i}]", f"must be in [0, 1], got {v!r}")
         for i, v in enumerate(self.capacity):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(where, f"capacity[{i}]", f"must be an integer >= 1, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_SIZE:   # partitions: at most n
+                raise InputError(where, f"capacity[{i}]", f"must be an integer from 1 to {MAX_SIZE:,}, got {v!r}")
         if not (isinstance(self.partition_time_s, (int, float)) and not isinstance(self.partition_time_s, bool)
                 and math.isfinite(self.partition_time_s) and 0 < self.partition_time_s <= MAX_SECONDS):
             raise InputError(where, "partition_time_s", f"must be a positive number of seconds, at most "

@@ -23,24 +23,40 @@ MAX_PROTOBUF = 2**31 - 1   # bytes: the most one serialised ONNX model may hold
 def _tensors(graph: GraphProto) -> Iterator[TensorProto]:
     """Every tensor stored in ``graph``: initializers (sparse ones too) and node attributes,
     in subgraphs as well."""
-    sparse = list(graph.sparse_initializer)
     yield from graph.initializer
-    for node in graph.node:
+    for s in graph.sparse_initializer:
+        yield from (s.values, s.indices)
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes) -> Iterator[TensorProto]:
+    """Every tensor in the attributes of ``nodes`` (and of their subgraphs)."""
+    for node in nodes:
         for a in node.attribute:
             if a.HasField("t"):
                 yield a.t
             yield from a.tensors
-            sparse += [a.sparse_tensor] if a.HasField("sparse_tensor") else []
-            sparse += a.sparse_tensors
+            sparse = ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors)
+            for s in sparse:
+                yield from (s.values, s.indices)
             for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
                 yield from _tensors(sub)
-    for s in sparse:
-        yield from (s.values, s.indices)
+
+
+def _model_tensors(model: ModelProto) -> Iterator[TensorProto]:
+    """Every tensor of ``model``: its graph's, its local functions' (a Constant inside a
+    function is loaded by ONNX Runtime like any other) and its training graphs'."""
+    yield from _tensors(model.graph)
+    for f in model.functions:
+        yield from _node_tensors(f.node)
+    for info in model.training_info:
+        yield from _tensors(info.initialization)
+        yield from _tensors(info.algorithm)
 
 
 def external_tensors(model: ModelProto) -> list[TensorProto]:
     """The tensors of ``model`` whose data lies in an external file."""
-    return [t for t in _tensors(model.graph) if t.data_location == TensorProto.EXTERNAL]
+    return [t for t in _model_tensors(model) if t.data_location == TensorProto.EXTERNAL]
 
 
 def inline_external_data(model: ModelProto, model_file: Path) -> ModelProto:

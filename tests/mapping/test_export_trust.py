@@ -372,6 +372,47 @@ def test_profile_reads_external_weights_from_the_model_folder_not_the_working_di
                                cwd=cwd), "external_data[W].location", "not a file inside")
 
 
+def function_constant_model(location: str) -> onnx.ModelProto:
+    """X + c, where c is a Constant inside a model-local function whose value lies in the
+    external file ``location`` (16 bytes). ONNX Runtime inlines the function and loads c like
+    an initializer: from the working directory, for a model given as bytes."""
+    c = TensorProto(name="c", data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
+        c.external_data.add(key=key, value=value)
+    fn = helper.make_function("local", "F", ["x"], ["y"],
+                              [helper.make_node("Constant", [], ["c"], value=c), helper.make_node("Add", ["x", "c"], ["y"])],
+                              [helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("F", ["X"], ["Y"], domain="local", name="f"),
+                               helper.make_node("Relu", ["Y"], ["Z"], name="r")], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("Z", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                              functions=[fn])
+    model.ir_version = 8
+    return model
+
+
+def test_external_data_of_a_function_constant_is_checked_like_any_weight(tmp_path):
+    """A Constant inside a model-local function had escaped the check: ONNX Runtime read its
+    external file from the working directory (any file there, or its error named it)."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    (cwd / "secret.bin").write_bytes(b"S" * 16)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for location in ("secret.bin", "../elsewhere/secret.bin", str(cwd / "secret.bin")):
+        model = folder / "model.onnx"
+        onnx.save(function_constant_model(location), str(model))
+        proc = run_cli("profile", model, "--out", tmp_path / "p.json", "--runs", "1", "--warmup", "0", cwd=cwd)
+        assert proc.returncode == 2 and "secret.bin" in proc.stderr, proc.stderr
+        assert "ONNX Runtime" not in proc.stderr and not (tmp_path / "p.json").exists()
+    (folder / "secret.bin").write_bytes(b"\0" * 16)     # inside the model's folder: read from there
+    onnx.save(function_constant_model("secret.bin"), str(folder / "model.onnx"))
+    proc = run_cli("profile", folder / "model.onnx", "--out", tmp_path / "p.json", "--runs", "1", "--warmup", "0",
+                   cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+
+
 # ----------------------------------------------------------------- 4. Ray
 
 

@@ -59,7 +59,12 @@ def _named_instance(name: str | None, plan_file: Path) -> str | None:
     """The instance a plan names. A plan may come from someone else: an instance *file* it names
     (a path as `solve` writes it, from the working folder) is read only when it lies inside the
     plan's own folder, links followed; catalogue names are not files and pass."""
-    if not name or Path(name).suffix != ".json":
+    if not name:
+        return name
+    if Path(name).suffix != ".json":    # a catalogue name: never a path (khadas-vim3/../../x was read)
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise InputError(str(plan_file), "instance", f"{name!r} is neither a catalogue name nor a file "
+                             "in the plan's folder; give --instance to read it")
         return name
     try:
         path = Path(name).resolve()

@@ -53,9 +53,10 @@ def load_mapping(name: str):
         raise InputError(name, "instance", f"an ONNX model needs a profile first: `pipeplan instance {name} "
                                            f"--out {path.stem}.json` (measures this host), then use {path.stem}.json")
     if name.startswith("khadas-vim3/"):
-        file = INSTANCES_DIR / f"{name}.json"
-        if file.exists():
-            return load_problem_file(file, trusted=True)
+        # a catalogue name, never a path: "khadas-vim3/../../x" (a plan may name it) had read
+        # any x.json on the machine, trusted like the shipped files
+        if name in measured_names():
+            return load_problem_file(INSTANCES_DIR / f"{name}.json", trusted=True)
     else:
         from pipeplan.instances.operator_level import DEFAULT_GRANULARITY, check_granularity
         base, at, granularity = name.partition("@")

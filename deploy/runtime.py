@@ -142,7 +142,7 @@ def make_session(model_bytes: bytes, runtime: dict[str, Any], graph_optimization
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = GRAPH_OPTIMIZATION[graph_optimization]
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4     # fatal only: a failing model is one error line, not ORT's log too
     for key, value in runtime["session_config"].items():
         if key != AFFINITY_KEY or pin:
             opts.add_session_config_entry(key, value)

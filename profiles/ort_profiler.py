@@ -96,6 +96,7 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+        opts.log_severity_level = 4     # fatal only: a failing model is one error line, not ORT's log too
         session = None
         try:
             session = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])

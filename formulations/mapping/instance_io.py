@@ -66,7 +66,10 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
         profile = load_profile(path)
     else:
         profile = profile_from_dict(prof, f"{source}:profile")
-    return MappingProblem(name=str(doc.get("name", Path(source).stem)), units=tuple(units),
+    name = str(doc.get("name", Path(source).stem))
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):    # a NUL had crashed pareto's folder name
+        raise InputError(source, "name", "expected text without control characters")
+    return MappingProblem(name=name, units=tuple(units),
                           edges=tuple(edges), profile=profile, source=source)
 
 

@@ -167,3 +167,25 @@ def test_solve_out_says_energy_na_without_power_data(tmp_path):
     with_power = run_cli("solve", GOOD / "diamond.json", "--solver", "heft", "--out", tmp_path / "r2.json")
     assert with_power.returncode == 0 and re.search(r"energy/frame \d+\.\d mJ, steady-state \d+\.\d mJ",
                                                     with_power.stdout), with_power.stdout
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "x" * 300, "é" * 100])
+def test_an_instance_name_makes_one_plain_folder_name(name):
+    """compare/pareto name their default folder after the instance's name, which its file sets:
+    '..' had written into results/ itself, a long name failed after the whole solve."""
+    from pipeplan.app.studies.mapping import slug
+
+    s = slug(name)
+    assert s.strip(".") and "/" not in s and len(s.encode()) <= 120
+    assert slug("a311d/squeezenet@raw") == "a311d__squeezenet@raw"
+
+
+def test_pareto_default_folder_stays_under_results_pareto(tmp_path):
+    doc = json.loads((ROOT / "tests" / "bad_inputs" / "good" / "diamond.json").read_text())
+    shutil.copy(ROOT / "tests" / "bad_inputs" / "good" / "profile.json", tmp_path)
+    doc["name"] = ".."
+    (tmp_path / "dots.json").write_text(json.dumps(doc))
+    proc = run_cli("pareto", tmp_path / "dots.json", "--time-limit", "5", "--threads", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = (tmp_path / "results" / "pareto").iterdir()
+    assert (folder / "front_period_latency.csv").is_file()

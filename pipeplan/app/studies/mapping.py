@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -21,7 +22,13 @@ COLUMNS = ("solver", "termination", "quality", "period_ms", "latency_ms", "energ
 
 
 def slug(name: str) -> str:
-    return name.replace("/", "__")
+    """A folder name for an instance name: '/' as '__'; a name that would not make one plain
+    folder name ('', '.', '..', over 120 bytes: an instance file's name is its path) keeps its
+    first 100 bytes and a hash of the whole name."""
+    s = name.replace("/", "__")
+    if len(s.encode()) > 120 or not s.strip("."):
+        s = f"{s.encode()[:100].decode('utf-8', 'ignore')}-{hashlib.sha256(name.encode()).hexdigest()[:12]}".lstrip(".")
+    return s
 
 
 def run_solvers(problem, names: list[str], *, time_limit: float, threads: int, seed: int,

@@ -184,3 +184,19 @@ def test_pu_set_that_cannot_run_a_unit(tmp_path):
     proc = cli("solve", "a311d/inception_v1", "--solver", "cpsat", "--pus", "N", "--out", out)
     assert_input_error(proc, "--pus", "infeasible", "cannot run on any of N")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("content, field", [
+    (b"instance,solver\n\xff\xfe,heft\n", "not a UTF-8 text file"),
+    (b"instance,solver\nkhadas-vim3/Google,bogus\n", "line 2: solver"),
+    (b"instance,period_ms\nkhadas-vim3/Google,1\n", "solver"),
+])
+def test_optima_checks_the_heuristics_table_it_merges_into_before_solving(tmp_path, content, field):
+    """optima_heuristics.csv in --out is read and rewritten: a byte that is not UTF-8 or an
+    unknown solver had been a traceback after the solve, with optima.csv already rewritten."""
+    (tmp_path / "optima_heuristics.csv").write_bytes(content)
+    proc = run_cli("optima", "--instances", "khadas-vim3/Alex", "--time-limit", "3", "--threads", "1",
+                   "--out", tmp_path)
+    assert_input_error(proc, str(tmp_path / "optima_heuristics.csv"), field)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["optima_heuristics.csv"]
+    assert (tmp_path / "optima_heuristics.csv").read_bytes() == content

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from pipeplan.app.stored_optima import COLUMNS, read_optima
-from pipeplan.core.io import read_input, write_atomic
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import load_text, write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 
@@ -99,6 +100,8 @@ def run_optima(names: list[str], out: Path, *, objective: str = "period", time_l
     """Solve every instance of ``names`` and merge its row into ``out``/optima.csv (and its
     heuristics into optima_heuristics.csv) as soon as it is solved, each file rewritten
     atomically, so an interrupted run keeps what it finished; optima.md follows each time."""
+    read_optima(out / "optima.csv")                   # the files merged into: checked before any solve
+    read_comparison(out / "optima_heuristics.csv")
     rows = []
     for i, name in enumerate(names):
         if progress:
@@ -120,10 +123,29 @@ def run_optima(names: list[str], out: Path, *, objective: str = "period", time_l
 
 
 def read_comparison(path: Path) -> list[dict]:
-    """The rows of an optima_heuristics.csv (strings), [] if there is none."""
+    """The rows of an optima_heuristics.csv (strings), [] if there is none. The file in --out
+    may come from anyone: text that is not UTF-8, a broken quote, a missing column and a solver
+    that is not one of HEURISTICS are one-line errors (they had been tracebacks, after the
+    solve and after optima.csv was rewritten)."""
     if not path.is_file():
         return []
-    return list(csv.DictReader(io.StringIO(read_input(path, what="heuristics table").decode())))
+    source = str(path)
+    reader = csv.DictReader(io.StringIO(load_text(path, what="heuristics table"), newline=""))
+    try:
+        missing = [c for c in ("instance", "solver") if c not in (reader.fieldnames or ())]
+        if missing:
+            raise InputError(source, missing[0], "missing column of a heuristics table")
+        rows = []
+        for row in reader:
+            if not isinstance(row.get("instance"), str):
+                raise InputError(source, f"line {reader.line_num}: instance", "missing cell")
+            if row.get("solver") not in HEURISTICS:
+                raise InputError(source, f"line {reader.line_num}: solver",
+                                 f"expected one of {', '.join(HEURISTICS)}, got {row.get('solver')!r}")
+            rows.append(row)
+    except csv.Error as exc:
+        raise InputError(source, f"line {reader.line_num}", f"unreadable CSV ({exc})") from None
+    return rows
 
 
 def optima_markdown(rows: list[dict], compared: list[dict]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from pipeplan.core.errors import InputError
-from pipeplan.formulations.mapping.profile import Profile, Reader
+from pipeplan.formulations.mapping.profile import Profile, Reader, check_magnitudes
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ class MappingProblem:
                     else f"profile has unknown units {extra[:5]}" if extra
                     else "profile lists the units in another order")
             raise InputError(where, "profile.units", what)
+        check_magnitudes(self.profile, where, "profile.")
 
     @cached_property
     def graph(self) -> nx.DiGraph:

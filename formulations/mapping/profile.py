@@ -260,6 +260,44 @@ class Profile:
 # ---------------------------------------------------------------------------------- loading
 
 
+MAX_TIME_MS = 1e7      # a unit's, a phase's or a transfer's fixed time: about 2.8 hours
+MAX_POWER_MW = 1e9     # 1 MW
+# Past them the sums overflowed: 1e15 ms overflowed the exact models' 64-bit time units
+# (NumPy's cast warning, then a "time_limit" that had not run), 1e308 mW made energies
+# infinite, 1e308 ms an OverflowError in heft.
+
+
+def check_magnitudes(profile: Profile, where: str, prefix: str = "") -> None:
+    """Every time and power of ``profile`` at most MAX_TIME_MS / MAX_POWER_MW: a profile file's
+    (checked as it loads) and a platform's roofline profile (checked by MappingProblem: a peak
+    of 1e-300 GFLOPS made times of 1e300 ms). ``prefix``: the fields' path in ``where``."""
+    def check(value, limit: float, fld: str, unit: str) -> None:
+        if value is not None and value > limit:
+            raise InputError(where, f"{prefix}{fld}", f"{value:g} {unit} is more than {limit:g} {unit}")
+
+    for table, limit, unit in (("time_ms", MAX_TIME_MS, "ms"), ("power_mw", MAX_POWER_MW, "mW")):
+        for pu, by_level in getattr(profile, table).items():
+            for lv, values in by_level.items():
+                for k, v in enumerate(values):
+                    check(v, limit, f"{table}.{pu}.{lv}[{k}]", unit)
+    for name, pu in profile.pus.items():
+        check(pu.idle_power_mw, MAX_POWER_MW, f"pus.{name}.idle_power_mw", "mW")
+    check(profile.static_power_mw, MAX_POWER_MW, "static_power_mw", "mW")
+    for stage in ("input_stage", "output_stage"):
+        for pu, by_level in getattr(profile, stage).items():
+            for lv, ph in by_level.items():
+                check(ph.time_ms, MAX_TIME_MS, f"{stage}.{pu}.{lv}.time_ms", "ms")
+                check(ph.power_mw, MAX_POWER_MW, f"{stage}.{pu}.{lv}.power_mw", "mW")
+    t = profile.transfers
+    check(t.power_mw, MAX_POWER_MW, "transfers.power_mw", "mW")
+    for key, affine in [("default", t.default)] + [(f"pairs.{k}", a) for k, a in t.pairs.items()]:
+        check(affine.fixed_ms, MAX_TIME_MS, f"transfers.{key}.fixed_ms", "ms")
+        check(affine.ms_per_mb, MAX_TIME_MS, f"transfers.{key}.ms_per_mb", "ms")
+    for unit, by_pair in t.measured.items():
+        for pair, v in by_pair.items():
+            check(v, MAX_TIME_MS, f"transfers.measured.{unit}.{pair}", "ms")
+
+
 class Reader:
     """Validates a parsed JSON document, naming the file and field of the first problem."""
 
@@ -414,7 +452,7 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
     if host is not None and host not in pus:
         raise r.fail("host_pu", f"unknown PU {host!r}")
     static = doc.get("static_power_mw")
-    return Profile(name=str(doc.get("name", Path(source).stem)), source=str(doc.get("source", "")),
+    profile = Profile(name=str(doc.get("name", Path(source).stem)), source=str(doc.get("source", "")),
                    power_model=power_model, pus=pus, units=tuple(units), time_ms=time_ms,
                    power_mw=power_mw, input_stage=phase_table("input_stage"),
                    output_stage=phase_table("output_stage"), transfers=transfers, host_pu=host,
@@ -423,6 +461,8 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
                    concurrent_power_share=share(r, doc.get("concurrent_power_share", 1.0)),
                    reentry=per_pu_numbers(r, doc, "reentry", pus),
                    whole_graph=per_pu_numbers(r, doc, "whole_graph", pus))
+    check_magnitudes(profile, source)
+    return profile
 
 
 def per_pu_numbers(r: Reader, doc: dict, key: str, pus: dict[str, PU]) -> dict[str, float]:

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from pipeplan.core.errors import InputError
-from pipeplan.formulations.mapping.profile import Profile, Reader, check_magnitudes
+from pipeplan.formulations.mapping.profile import Profile, Reader, check_magnitudes, check_transfer_bytes
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,9 @@ class MappingProblem:
                     else "profile lists the units in another order")
             raise InputError(where, "profile.units", what)
         check_magnitudes(self.profile, where, "profile.")
+        for i, e in enumerate(self.edges):
+            if e.bytes is not None:
+                check_transfer_bytes(self.profile, e.bytes, where, f"graph.edges[{i}].bytes")
 
     @cached_property
     def graph(self) -> nx.DiGraph:

@@ -262,6 +262,8 @@ class Profile:
 
 MAX_TIME_MS = 1e7      # a unit's, a phase's or a transfer's fixed time: about 2.8 hours
 MAX_POWER_MW = 1e9     # 1 MW
+MAX_FACTOR = 1e3       # a multiple of a time or power (level scaling, reentry, whole graph)
+MAX_EXPONENT = 10.0    # of a switch cost's size term
 # Past them the sums overflowed: 1e15 ms overflowed the exact models' 64-bit time units
 # (NumPy's cast warning, then a "time_limit" that had not run), 1e308 mW made energies
 # infinite, 1e308 ms an OverflowError in heft.
@@ -296,6 +298,28 @@ def check_magnitudes(profile: Profile, where: str, prefix: str = "") -> None:
     for unit, by_pair in t.measured.items():
         for pair, v in by_pair.items():
             check(v, MAX_TIME_MS, f"transfers.measured.{unit}.{pair}", "ms")
+    for unit, v in t.size_ms.items():
+        check(v, MAX_TIME_MS, f"transfers.size_ms.{unit}", "ms")
+    largest = max(t.size_ms.values(), default=0.0)
+    for pair, cost in t.switch.items():
+        check(cost.exponent, MAX_EXPONENT, f"transfers.switch.{pair}.exponent", "")
+        check(cost.time_ms(largest), MAX_TIME_MS, f"transfers.switch.{pair}", "ms (the largest unit's switch)")
+    for pair, by_level in t.level_scaling.items():
+        for lv, factors in by_level.items():
+            check(max(factors), MAX_FACTOR, f"transfers.level_scaling.{pair}.{lv}", "x")
+    for key in ("reentry", "whole_graph"):
+        for pu, v in getattr(profile, key).items():
+            check(v, MAX_FACTOR, f"{key}.{pu}", "x")
+
+
+def check_transfer_bytes(profile: Profile, nbytes: float, where: str, fld: str) -> None:
+    """A tensor of ``nbytes`` takes at most MAX_TIME_MS on every link of ``profile`` (1e300
+    bytes at 1 ms/MB had made CP-SAT fail on an infinite coefficient)."""
+    t = profile.transfers
+    slowest = max([t.default, *t.pairs.values()], key=lambda a: a.ms_per_mb)
+    if slowest.time_ms(nbytes) > MAX_TIME_MS:
+        raise InputError(where, fld, f"{nbytes:g} bytes take {slowest.time_ms(nbytes):g} ms on the profile's "
+                         f"slowest link, more than {MAX_TIME_MS:g} ms")
 
 
 class Reader:

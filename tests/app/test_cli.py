@@ -200,3 +200,32 @@ def test_optima_checks_the_heuristics_table_it_merges_into_before_solving(tmp_pa
     assert_input_error(proc, str(tmp_path / "optima_heuristics.csv"), field)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["optima_heuristics.csv"]
     assert (tmp_path / "optima_heuristics.csv").read_bytes() == content
+
+
+def _diamond(tmp_path, edit_profile=None, edge_bytes=None):
+    good = Path(__file__).resolve().parents[1] / "bad_inputs" / "good"
+    profile = json.loads((good / "profile.json").read_text())
+    if edit_profile:
+        edit_profile(profile)
+    (tmp_path / "profile.json").write_text(json.dumps(profile))
+    doc = json.loads((good / "diamond.json").read_text())
+    if edge_bytes is not None:
+        doc["graph"]["edges"][0]["bytes"] = edge_bytes
+    (tmp_path / "d.json").write_text(json.dumps(doc))
+    return tmp_path / "d.json"
+
+
+@pytest.mark.parametrize("edit, edge_bytes, field", [
+    (lambda p: p["transfers"]["default"].update(ms_per_mb=1.0), 1e300, "graph.edges[0].bytes"),
+    (lambda p: p["transfers"].update(switch={"A->B": {"fixed_ms": 0, "per_size": 1, "exponent": 1e300}},
+                                     size_ms={"u0": 2.0}), None, "transfers.switch.A->B.exponent"),
+    (lambda p: p["transfers"].update(level_scaling={"A->B": {"max": [1e300, 1.0]}}), None,
+     "transfers.level_scaling.A->B.max"),
+])
+def test_transfer_times_past_the_limit_are_refused_before_a_solver_sees_them(tmp_path, edit, edge_bytes, field):
+    """1e300 bytes at 1 ms/MB had made CP-SAT fail on an infinite coefficient (exit 1); a switch
+    cost's exponent and a level's factor could overflow the same way."""
+    proc = run_cli("solve", _diamond(tmp_path, edit, edge_bytes), "--solver", "cpsat", "--time-limit", "5",
+                   "--out", tmp_path / "r.json")
+    assert_input_error(proc, field)
+    assert not (tmp_path / "r.json").exists()

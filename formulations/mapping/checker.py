@@ -44,6 +44,9 @@ def violations(problem: MappingProblem, plan: Plan) -> list[str]:
                 if pu in owner:
                     out.append(f"PU {pu} serves stages {owner[pu]} and {s} (plan does not allow shared PUs)")
                 owner.setdefault(pu, s)
+    for u in plan.levels:     # a level for a unit the instance lacks had been ignored
+        if u not in problem.index:
+            out.append(f"levels: unknown unit {u!r}")
     for u, (s, pu) in seen.items():
         if pu not in prof.pus or u not in problem.index:
             continue

@@ -102,7 +102,10 @@ def plan_from_dict(d: Any, source: str = "<plan>") -> Plan:
     levels = d.get("levels", {}) or {}
     if not isinstance(levels, dict) or not all(isinstance(v, str) for v in levels.values()):
         raise fail("levels", "expected an object unit -> level name")
-    return Plan(tuple(stages), mode=mode, levels=dict(levels), shared_pus=bool(d.get("shared_pus", False)),
+    shared = d.get("shared_pus", False)
+    if not isinstance(shared, bool):      # "no" had been true
+        raise fail("shared_pus", f"expected true or false, got {shared!r}")
+    return Plan(tuple(stages), mode=mode, levels=dict(levels), shared_pus=shared,
                 instance=str(d.get("instance", "")))
 
 

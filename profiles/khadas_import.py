@@ -47,7 +47,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import parse_number, read_csv, write_atomic, write_json
+from pipeplan.core.io import inside_folder, parse_number, read_csv, write_atomic, write_json
 from pipeplan.formulations.mapping.profile import profile_from_dict
 from pipeplan.profiles.khadas_costmodel import fitted_documents, read_runs
 
@@ -299,7 +299,18 @@ def import_khadas(src: Path, repo: Path) -> list[Path]:
         return [write_atomic(repo / path.relative_to(staged), path.read_bytes()) for path in _derive(src, staged)]
 
 
+def _check_inside(src: Path) -> None:
+    """Every measurement file read lies inside ``src`` after links: a link to a file elsewhere
+    had been read, and its cells quoted in the error."""
+    names = ["transfers.csv", "transfer_freq.csv", "layers_dvfs.csv", "inception_blocks.csv",
+             f"evaluations/{SWITCHING_RUNS}"]
+    names += [f"evaluations/{p.name}" for p in sorted((src / "evaluations").glob("*.csv"))]
+    for name in names:
+        inside_folder(src, name, str(src / name), "file")
+
+
 def _derive(src: Path, repo: Path) -> list[Path]:
+    _check_inside(src)
     transfers_raw: dict[tuple, list[float]] = defaultdict(list)
     transfer_rows = _csv_dicts(src / "transfers.csv")
     if not transfer_rows:

@@ -112,3 +112,23 @@ def test_an_emptied_measurement_file_is_refused(tmp_path, file, needle):
     proc = run_cli("import-khadas", "--src", src, "--repo", tmp_path / "repo")
     assert_input_error(proc, file, needle)
     assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/khadas-vim3 not beside the checkout")
+@pytest.mark.parametrize("file", ["transfers.csv", "evaluations"])
+def test_a_measurement_linked_from_outside_the_folder_is_not_read(tmp_path, file):
+    """A link in --src to a file elsewhere had been read and its cells quoted in the error."""
+    import shutil
+
+    from tests.cli_helpers import assert_input_error, run_cli
+    src = tmp_path / "src"
+    shutil.copytree(SHARED, src)
+    outside = tmp_path / "outside"
+    shutil.move(src / file, outside)
+    if outside.is_file():
+        outside.write_text("Graph,Layer,Src,Dest,Time\nG,1,A,B,TOPSECRET\n")
+    (src / file).symlink_to(outside)
+    proc = run_cli("import-khadas", "--src", src, "--repo", tmp_path / "repo")
+    assert_input_error(proc, "not a file inside")
+    assert "TOPSECRET" not in proc.stderr
+    assert not (tmp_path / "repo").exists()

@@ -19,6 +19,7 @@ import json
 import platform as host_platform
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,7 +103,7 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
             session = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
             feeds = _random_inputs(session)
             for done in range(1, warmup + runs + 1):
-                session.run(None, feeds)
+                _run_stoppable(session, feeds)
                 if progress:
                     progress(done, warmup + runs)
         except Exception as exc:  # ORT raises its own exception types for bad models
@@ -115,6 +116,32 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
         if e["name"].endswith("_kernel_time"):
             trace.setdefault(e["name"][: -len("_kernel_time")], []).append(e["dur"] / 1000.0)
     return trace
+
+
+def _run_stoppable(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> None:
+    """``session.run`` in a helper thread, so that Ctrl-C and SIGTERM reach the main thread
+    while ONNX Runtime computes (a model that loops for ever, a Loop of 2^62 steps, had ignored
+    both: only SIGKILL stopped it); they stop the run through ``RunOptions.terminate``."""
+    options = ort.RunOptions()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            session.run(None, feeds, options)
+        except BaseException as exc:  # noqa: BLE001  (handed to the main thread)
+            failure.append(exc)
+
+    worker = threading.Thread(target=target, name="pipeplan-profile-run", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except BaseException:
+        options.terminate = True
+        worker.join(2.0)     # ORT checks the flag between kernels; a daemon thread ends with the process
+        raise
+    if failure:
+        raise failure[0]
 
 
 def _random_inputs(session: ort.InferenceSession) -> dict[str, np.ndarray]:

@@ -194,3 +194,35 @@ def test_a_dropped_terminated_prints_nothing_and_other_dropped_errors_still_do()
     other = SimpleNamespace(exc_value=ValueError("in a __del__"))
     hook(other)
     assert seen == [other]
+
+
+def _endless_model(path: Path) -> None:
+    """X -> Loop of 2^62 steps (ONNX Runtime runs it for ever) -> Y."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]), h.make_node("Identity", ["v_in"], ["v_out"])],
+                        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
+                                 h.make_tensor_value_info("v_in", T.FLOAT, [1, 4])],
+                        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("v_out", T.FLOAT, [1, 4])])
+    graph = h.make_graph([h.make_node("Loop", ["M", "c", "X"], ["Y"], body=body, name="loop")], "g",
+                         [h.make_tensor_value_info("X", T.FLOAT, [1, 4])], [h.make_tensor_value_info("Y", T.FLOAT, [1, 4])],
+                         [h.make_tensor("M", T.INT64, [], [2**62]), h.make_tensor("c", T.BOOL, [], [True])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def test_sigterm_stops_profile_inside_onnx_runtime(tmp_path):
+    """The profiler's runs happened on the main thread, inside ONNX Runtime, where no signal
+    handler runs: a model that never ends ignored SIGTERM (and Ctrl-C) until SIGKILL."""
+    _endless_model(tmp_path / "endless.onnx")
+    proc = _start("profile", tmp_path / "endless.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "p.json",
+                  cwd=tmp_path)
+    time.sleep(3)
+    assert proc.poll() is None
+    started = time.monotonic()
+    status, err = _terminate(proc)
+    assert status == 143 and time.monotonic() - started < 15, err
+    assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (its temporary files are removed)"
+    assert not (tmp_path / "p.json").exists()

@@ -100,7 +100,7 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     pus = {pu: pu_runtime(platform, pu, str(platform_path)) for stage in plan.stages for pu in stage.pus}
     stages = branch_groups(nodes_plan, g)
 
-    full, n_weights = with_random_weights(model, seed)
+    full, n_weights = with_random_weights(model, seed, str(model_file))
     inferred = shape_inference.infer_shapes(full)
     specs = _tensor_specs(inferred, stages, str(model_file))
     doc = {

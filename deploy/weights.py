@@ -29,6 +29,9 @@ import numpy as np
 import onnxruntime as ort
 from onnx import ModelProto, TensorProto, helper, numpy_helper, shape_inference
 
+from pipeplan.core.errors import InputError
+from pipeplan.core.sizes import memory_cap_bytes
+from pipeplan.formulations.mapping.onnx_external import MAX_PROTOBUF
 from pipeplan.formulations.mapping.onnx_graph import onnx_node_names
 
 # Ops that pass a weight on unchanged in value (only in layout); the role is decided further on.
@@ -36,17 +39,19 @@ _LAYOUT_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transp
 _MATRIX_WEIGHT = {("Conv", 1), ("ConvTranspose", 1), ("Gemm", 1), ("MatMul", 1)}
 _POSITIVE = {("BatchNormalization", 1), ("BatchNormalization", 4), ("Mul", 0), ("Mul", 1)}
 BIAS_STD = 0.05
+DRAW_BYTES = 8            # a weight is drawn as a float64, then cast
 
 
-def with_random_weights(model: ModelProto, seed: int) -> tuple[ModelProto, int]:
+def with_random_weights(model: ModelProto, seed: int, source: str = "<model>") -> tuple[ModelProto, int]:
     """A copy of ``model`` with every constant-fed ``ConstantOfShape`` replaced by random
-    weights; returns (model, number of weights generated)."""
+    weights; returns (model, number of weights generated). ``source`` names the model in errors."""
     out = ModelProto()
     out.CopyFrom(model)
     graph = out.graph
     for node, name in zip(graph.node, onnx_node_names(graph)):
         node.name = name
     constants = _constant_values(out)
+    _check_stand_in_sizes(graph, constants, source)
     consumers = _consumers(out)
     rng = np.random.default_rng(seed)
     generated: list[TensorProto] = []
@@ -74,6 +79,26 @@ def with_random_weights(model: ModelProto, seed: int) -> tuple[ModelProto, int]:
     out.ir_version = max(out.ir_version, 4)
     _calibrate_batch_norms(out, {t.name for t in generated}, rng)
     return out, len(generated)
+
+
+def _check_stand_in_sizes(graph, constants: dict, source: str) -> None:
+    """The weights the stand-ins ask for fit one ONNX model and memory: a 200-byte model whose
+    ConstantOfShape asks for 3e9 floats had made export draw 22 GiB (a MemoryError traceback,
+    or the machine's memory)."""
+    total = need = 0
+    for node in graph.node:
+        if node.op_type == "ConstantOfShape" and node.input and node.input[0] in constants:
+            dims = [int(d) for d in constants[node.input[0]].reshape(-1)]
+            if any(d < 0 for d in dims):
+                raise InputError(source, f"graph.node[{node.name}]", f"ConstantOfShape of negative shape {dims}")
+            n, itemsize = math.prod(dims), _fill_dtype(node).itemsize
+            total += n * itemsize
+            need += n * (DRAW_BYTES + itemsize)
+            if total > MAX_PROTOBUF or need > memory_cap_bytes():
+                raise InputError(source, f"graph.node[{node.name}]", f"the ConstantOfShape stand-ins up to here "
+                                 f"ask for {total} bytes of random weights, and drawing them about {need} bytes of "
+                                 f"memory; one ONNX model holds at most {MAX_PROTOBUF} bytes, and the memory "
+                                 f"limit is {memory_cap_bytes()} bytes (PIPEPLAN_MAX_MEMORY_MB)")
 
 
 def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.random.Generator) -> None:

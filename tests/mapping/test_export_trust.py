@@ -463,3 +463,21 @@ def test_an_instance_file_a_plan_names_is_read_only_inside_the_plans_folder(tmp_
     proc = run_cli("export", plans / "p.json", "--model", "squeezenet", *EXPORT_ARGS, "--out", tmp_path / "o2",
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_stand_in_weights_beyond_one_model_or_memory_are_refused_before_they_are_drawn():
+    """A 200-byte model whose ConstantOfShape asks for 3e9 floats had made export draw 22 GiB."""
+    def model(n: int) -> onnx.ModelProto:
+        nodes = [helper.make_node("ConstantOfShape", ["s"], ["W"], name="cos",
+                                  value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0])),
+                 helper.make_node("ReduceSum", ["W"], ["r"], keepdims=0, name="rs"),
+                 helper.make_node("Add", ["X", "r"], ["Y"], name="add")]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor("s", TensorProto.INT64, [1], [n])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    with pytest.raises(InputError) as err:
+        with_random_weights(model(3_000_000_000), 0, "big.onnx")
+    assert err.value.source == "big.onnx" and err.value.field == "graph.node[cos]"
+    assert with_random_weights(model(1000), 0, "small.onnx")[1] == 1

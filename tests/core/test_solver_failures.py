@@ -11,31 +11,44 @@ import pipeplan
 from pipeplan.core.result import Quality, Termination
 from pipeplan.formulations.gradcode.problem import homogeneous_problem
 from pipeplan.instances.rollout import load_instance as load_rollout
-from tests.cli_helpers import run_cli
 from tests.helpers import tiny_problem
 
-# unit times of 1e15 ms do not fit CP-SAT's integer model (coefficients overflow int64)
-ABSURD = tiny_problem({"A": [1e15, 1.0], "B": [1.0, 1e15]}, name="absurd")
+# A mapping problem CP-SAT rejects: times of 1e15 ms had overflowed its integer model, but the
+# profile limits now refuse them (1e7 ms at most), so CP-SAT answers MODEL_INVALID here, its own
+# status for a model it rejects
+TINY = tiny_problem({"A": [3.0, 1.0], "B": [1.0, 3.0]}, name="tiny-invalid")
 
 
-def test_cpsat_model_error_is_an_error_result_and_other_solvers_still_run():
-    r = pipeplan.solve(ABSURD, "cpsat", time_limit=10)
+def _cpsat_rejects_every_model(monkeypatch):
+    monkeypatch.setattr(cp_model.CpSolver, "Solve", lambda self, model, *a, **k: cp_model.MODEL_INVALID)
+
+
+def test_cpsat_model_error_is_an_error_result_and_other_solvers_still_run(monkeypatch):
+    _cpsat_rejects_every_model(monkeypatch)
+    r = pipeplan.solve(TINY, "cpsat", time_limit=10)
     assert r.termination is Termination.ERROR and r.quality is Quality.NONE
-    assert r.plan is None and r.message
-    heft = pipeplan.solve(ABSURD, "heft")
+    assert r.plan is None and "model invalid" in r.message
+    heft = pipeplan.solve(TINY, "heft")
     assert heft.quality is Quality.FEASIBLE and heft.objectives["period_ms"] == pytest.approx(2.0)
 
 
-def test_cli_prints_the_error_result_and_exits_1_without_traceback(tmp_path):
-    path = tmp_path / "absurd.json"
-    path.write_text(json.dumps(ABSURD.to_dict()))
-    proc = run_cli("solve", path, "--solver", "cpsat", "--time-limit", "10")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert json.loads(proc.stdout)["termination"] == "error"
-    proc = run_cli("compare", path, "--solvers", "cpsat,heft", "--time-limit", "10", "--out", tmp_path / "cmp")
-    assert proc.returncode == 0, proc.stderr
+def test_cli_prints_the_error_result_and_exits_1_without_traceback(tmp_path, monkeypatch):
+    """In process (the monkeypatch must reach the command): `solve` prints the error result and
+    exits 1; `compare` records the row and goes on with the other solvers (exit 0)."""
+    from typer.testing import CliRunner
+
+    from pipeplan.app.cli.main import app
+    _cpsat_rejects_every_model(monkeypatch)
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY.to_dict()))
+    res = CliRunner().invoke(app, ["solve", str(path), "--solver", "cpsat", "--time-limit", "10"])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert json.loads(res.stdout)["termination"] == "error"
+    res = CliRunner().invoke(app, ["compare", str(path), "--solvers", "cpsat,heft", "--time-limit", "10",
+                                   "--out", str(tmp_path / "cmp")])
+    assert res.exit_code == 0, res.output
     rows = (tmp_path / "cmp" / "compare.csv").read_text()
-    assert "error" in rows and "heft" in rows
+    assert "cpsat,error" in rows and "heft,completed" in rows
 
 
 @pytest.mark.parametrize("system", ["gradcode", "rollout"])
@@ -87,12 +100,19 @@ def test_exception_inside_pymoo_is_an_error_result(monkeypatch):
                          f"{broken.__code__.co_firstlineno + 1} in broken")
 
 
-def test_failed_exact_sweep_is_one_line_exit_1_and_writes_nothing(tmp_path):
-    path = tmp_path / "absurd.json"
-    path.write_text(json.dumps(ABSURD.to_dict()))
-    proc = run_cli("pareto", path, "--time-limit", "10", "--out", tmp_path / "front")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: absurd: exact period/latency front:"), proc.stderr
+def test_failed_exact_sweep_is_one_line_exit_1_and_writes_nothing(tmp_path, monkeypatch):
+    """In process, as above: the sweep's failure is a SolverFailure, which the CLI's ``main``
+    prints as one ``error:`` line with exit 1; nothing is written."""
+    from typer.testing import CliRunner
+
+    from pipeplan.app.cli.main import app
+    from pipeplan.core.errors import SolverFailure
+    _cpsat_rejects_every_model(monkeypatch)
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY.to_dict()))
+    res = CliRunner().invoke(app, ["pareto", str(path), "--time-limit", "10", "--out", str(tmp_path / "front")])
+    assert isinstance(res.exception, SolverFailure), res.output
+    assert res.exception.one_line().startswith("tiny-invalid: exact period/latency front:")
+    assert "\n" not in res.exception.one_line()
     assert not (tmp_path / "front").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["absurd.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.json"]

@@ -169,7 +169,7 @@ class JointCodec:
             stage = np.concatenate([[0], np.cumsum(genes[1:] != genes[:-1])])
             pu_of = {u: pus[g] for u, g in zip(names, genes)}
             plan = plan_from_assignment(names, dict(zip(names, stage.tolist())), pu_of,
-                                        shared_pus=len(set(genes.tolist())) < stage[-1] + 1,
+                                        shared_pus=bool(len(set(genes.tolist())) < stage[-1] + 1),
                                         instance=self.problem.networks[j].problem.name)
             self._plans[j][key] = plan
         return plan

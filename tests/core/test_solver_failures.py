@@ -34,10 +34,12 @@ def test_cpsat_model_error_is_an_error_result_and_other_solvers_still_run(monkey
 
 def test_cli_prints_the_error_result_and_exits_1_without_traceback(tmp_path, monkeypatch):
     """In process (the monkeypatch must reach the command): `solve` prints the error result and
-    exits 1; `compare` records the row and goes on with the other solvers (exit 0)."""
+    exits 1; `compare` records the row and goes on with the other solvers (exit 0), and where
+    every solver failed it exits 1 after writing the rows, as `rollout compare` does."""
     from typer.testing import CliRunner
 
     from pipeplan.app.cli.main import app
+    from pipeplan.core.errors import SolverFailure
     _cpsat_rejects_every_model(monkeypatch)
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(TINY.to_dict()))
@@ -49,6 +51,12 @@ def test_cli_prints_the_error_result_and_exits_1_without_traceback(tmp_path, mon
     assert res.exit_code == 0, res.output
     rows = (tmp_path / "cmp" / "compare.csv").read_text()
     assert "cpsat,error" in rows and "heft,completed" in rows
+    # every solver failed: the rows are printed and written, then exit 1 (SolverFailure: one line)
+    res = CliRunner().invoke(app, ["compare", str(path), "--solvers", "cpsat", "--time-limit", "10",
+                                   "--out", str(tmp_path / "only")])
+    assert isinstance(res.exception, SolverFailure), res.output
+    assert res.exception.one_line().startswith("tiny-invalid: compare: every solver failed (1); cpsat: ")
+    assert "| cpsat |" in res.stdout and "cpsat,error" in (tmp_path / "only" / "compare.csv").read_text()
 
 
 @pytest.mark.parametrize("system", ["gradcode", "rollout"])

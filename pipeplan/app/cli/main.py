@@ -247,7 +247,14 @@ def compare_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
     with staged_folder(folder) as stage, _progress(f"compare {problem.name}") as progress:
         md = compare(problem, names, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress,
                      objective=objective, params=params)
+        results = json.loads((stage / "results.json").read_text())
     typer.echo(md + f"\nwritten: {folder}/compare.md, compare.csv, pareto.png")
+    if not any(r["objectives"] for r in results.values()):
+        # every solver failed: no plan at all, as a failed `solve` (exit 1 after its result);
+        # some failed: their rows say so and the others stand (exit 0), as in `rollout compare`
+        first, r = next(iter(results.items()))
+        raise SolverFailure(f"{problem.name}: compare",
+                            f"every solver failed ({len(results)}); {first}: {r['message'] or r['termination']}")
 
 
 @app.command("pareto")

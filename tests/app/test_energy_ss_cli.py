@@ -63,7 +63,7 @@ def test_evaluate_prints_both_energies(capsys):
 def test_compare_shows_both_energies_and_marks_the_dvfs_run(tmp_path):
     """What ``compare --dvfs --objective energy`` runs (in process, a small NSGA-II for speed)."""
     problem = load_mapping("khadas-vim3/Alex")
-    md = compare(problem, ["single", "nsga2"], tmp_path, time_limit=10, threads=1, seed=0, objective="energy",
+    md, _ = compare(problem, ["single", "nsga2"], tmp_path, time_limit=10, threads=1, seed=0, objective="energy",
                  params={"nsga2": {"dvfs": True, "pop_size": 24, "generations": 30}})
     assert "| energy/frame (mJ) | steady-state energy (mJ) |" in md and "| nsga2 (dvfs) |" in md
     assert "--objective energy --dvfs" in md

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import typer
 from typer.core import TyperGroup
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, SolverFailure
 
 # --- comma lists --------------------------------------------------------------------------------
 
@@ -209,3 +209,13 @@ class progress:
         elif self._pending is not None and exc_type is None:   # the last step; none after an error
             self._write(self._pending, time.monotonic())
         return False
+
+
+def fail_if_all_failed(what: str, results: dict) -> None:
+    """After a comparison's rows are printed and written: where no solver returned a plan or
+    schedule, one ``error:`` line naming the first failure and exit 1 (SolverFailure), as a
+    failed ``solve`` exits 1 after its result; where some did, the failed rows say so (exit 0,
+    as ``bench``). ``results``: solver name -> SolveResult."""
+    if results and not any(r.objectives for r in results.values()):
+        first, r = next(iter(results.items()))
+        raise SolverFailure(what, f"every solver failed ({len(results)}); {first}: {r.message or r.termination.value}")

@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from pipeplan.app.cli.common import Group, command_text, listed, name_list, refuse_twice
+from pipeplan.app.cli.common import Group, command_text, fail_if_all_failed, listed, name_list, refuse_twice
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.app.cli.gradcode import app as gradcode_app
 from pipeplan.app.cli.instance import instance_cmd
@@ -245,16 +245,10 @@ def compare_cmd(instance: str = typer.Argument(..., help=INSTANCE_HELP),
     problem = load_mapping(instance)
     folder = out or Path("results") / "compare" / slug(problem.name)
     with staged_folder(folder) as stage, _progress(f"compare {problem.name}") as progress:
-        md = compare(problem, names, stage, time_limit=time_limit, threads=threads, seed=seed, progress=progress,
-                     objective=objective, params=params)
-        results = json.loads((stage / "results.json").read_text())
+        md, results = compare(problem, names, stage, time_limit=time_limit, threads=threads, seed=seed,
+                              progress=progress, objective=objective, params=params)
     typer.echo(md + f"\nwritten: {folder}/compare.md, compare.csv, pareto.png")
-    if not any(r["objectives"] for r in results.values()):
-        # every solver failed: no plan at all, as a failed `solve` (exit 1 after its result);
-        # some failed: their rows say so and the others stand (exit 0), as in `rollout compare`
-        first, r = next(iter(results.items()))
-        raise SolverFailure(f"{problem.name}: compare",
-                            f"every solver failed ({len(results)}); {first}: {r['message'] or r['termination']}")
+    fail_if_all_failed(f"{problem.name}: compare", results)
 
 
 @app.command("pareto")

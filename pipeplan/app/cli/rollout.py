@@ -21,10 +21,10 @@ from typing import Optional
 
 import typer
 
-from pipeplan.app.cli.common import command_text, listed, name_list, refuse_twice
+from pipeplan.app.cli.common import command_text, fail_if_all_failed, listed, name_list, refuse_twice
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
-from pipeplan.core.errors import InputError, SolverFailure
+from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 
@@ -235,12 +235,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
             write_atomic(stage / "compare.md", md)
             write_atomic(stage / "compare.csv", csv_text(rows, list(rows[0])))
     typer.echo(md, nl=False)
-    if not any(r.objectives for r in results.values()):
-        # every solver failed: no schedule at all, as a failed `solve` (exit 1 after its result);
-        # some failed: their rows say so and the others stand (exit 0, as `compare` and `bench`)
-        first, r = next(iter(results.items()))
-        raise SolverFailure(f"{problem.name}: rollout compare",
-                            f"every solver failed ({len(results)}); {first}: {r.message or r.termination.value}")
+    fail_if_all_failed(f"{problem.name}: rollout compare", results)
 
 
 @rollout_app.command("optimum")

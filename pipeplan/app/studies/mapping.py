@@ -124,9 +124,10 @@ def front_csv(points: list[dict], x: str, y: str) -> str:
 
 def compare(problem, names: list[str], out: Path, *, time_limit: float, threads: int, seed: int,
             front_time_limit: float | None = None, progress=None, objective: str = "period",
-            params: dict[str, dict] | None = None) -> str:
+            params: dict[str, dict] | None = None) -> tuple[str, dict]:
     """Run the solvers (each minimising ``objective``, with its ``params``), write compare.csv,
-    compare.md, results.json and pareto.png into ``out``; return the markdown table."""
+    compare.md, results.json and pareto.png into ``out``; return the markdown table and the
+    results (solver name -> SolveResult)."""
     from pipeplan.solvers.mapping.exact_front import exact_front
 
     results = run_solvers(problem, names, time_limit=time_limit, threads=threads, seed=seed, progress=progress,
@@ -162,7 +163,7 @@ def compare(problem, names: list[str], out: Path, *, time_limit: float, threads:
     write_atomic(out / "front_period_latency.csv", front_csv(exact["points"], "period", "latency"))
     pareto_plot(out / "pareto.png", f"{problem.name}: period vs latency", "period_ms", "latency_ms",
                 exact=exact["points"], approx={label(n, results[n]): f for n, f in approx.items()}, points=points)
-    return md
+    return md, results
 
 
 def label(name: str, result: SolveResult) -> str:
@@ -269,10 +270,8 @@ def study(out: Path, *, names: list[str], instances: list[str], time_limit: floa
             progress(i, len(instances), inst)
         problem = load_mapping(inst)
         folder = out / slug(inst)
-        compare(problem, names, folder, time_limit=time_limit, threads=threads, seed=seed)
+        _, results = compare(problem, names, folder, time_limit=time_limit, threads=threads, seed=seed)
         front_e = pareto(problem, "period", "energy", folder, time_limit=time_limit, threads=threads, seed=seed)
-        results = {n: SolveResult.from_dict(d)
-                   for n, d in json.loads((folder / "results.json").read_text()).items()}
         exact = results.get("cpsat")
         best = exact.objectives.get("period_ms") if exact and exact.objectives else None
         row = {"instance": inst, "units": len(problem.units), "pus": len(problem.pu_names),

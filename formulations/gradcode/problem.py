@@ -14,10 +14,10 @@ training); ``decode_s_per_reply`` charges the master's decoding.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import finite_number
 from pipeplan.formulations.gradcode.straggler import MAX_SECONDS, StragglerModel, model_from_dict
 
 SCHEMA = "pipeplan.gradcode-problem/1"
@@ -78,8 +78,7 @@ class GradCodeProblem:
             if len(v) != self.n:
                 raise InputError(where, name, f"{len(v)} values for n = {self.n} workers")
         for i, v in enumerate(self.speeds):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or not SPEEDS[0] <= v <= SPEEDS[1]:
+            if not finite_number(v) or not SPEEDS[0] <= v <= SPEEDS[1]:
                 raise InputError(where, f"speeds[{i}]", f"must be a positive number from {SPEEDS[0]:g} to {SPEEDS[1]:g} "
                                                         f"(relative to speed 1), got {v!r}")
         for i, v in enumerate(self.straggle_prob):
@@ -88,8 +87,7 @@ class GradCodeProblem:
         for i, v in enumerate(self.capacity):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_SIZE:   # partitions: at most n
                 raise InputError(where, f"capacity[{i}]", f"must be an integer from 1 to {MAX_SIZE:,}, got {v!r}")
-        if not (isinstance(self.partition_time_s, (int, float)) and not isinstance(self.partition_time_s, bool)
-                and math.isfinite(self.partition_time_s) and 0 < self.partition_time_s <= MAX_SECONDS):
+        if not (finite_number(self.partition_time_s) and 0 < self.partition_time_s <= MAX_SECONDS):
             raise InputError(where, "partition_time_s", f"must be a positive number of seconds, at most "
                                                         f"{MAX_SECONDS:g}, got {self.partition_time_s!r}")
         if not isinstance(self.carry_over, bool):
@@ -97,7 +95,7 @@ class GradCodeProblem:
         for name, most in (("link_mb_per_s", LINK_MB_PER_S[1]), ("gradient_mb", MAX_GRADIENT_MB),
                            ("decode_s_per_reply", MAX_SECONDS)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= most:
+            if not finite_number(v) or not 0 <= v <= most:
                 raise InputError(where, name, f"must be a finite number from 0 to {most:g}, got {v!r}")
         if 0 < self.link_mb_per_s < LINK_MB_PER_S[0]:
             raise InputError(where, "link_mb_per_s", f"must be 0 (a free link) or at least {LINK_MB_PER_S[0]:g} "

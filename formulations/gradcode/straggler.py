@@ -19,12 +19,11 @@ Kinds (a worker straggles in a step with its own probability ``p_i`` from the pr
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import parse_number, read_csv
+from pipeplan.core.io import finite_number, parse_number, read_csv
 
 KINDS = ("none", "exponential", "shifted-exponential", "pareto", "markov", "trace")
 # The most seconds one time term may take: a straggler's mean, shift or scale, a trace's delay
@@ -55,7 +54,7 @@ class StragglerModel:
         for name, most in (("mean_s", MAX_SECONDS), ("shift_s", MAX_SECONDS), ("scale_s", MAX_SECONDS),
                            ("alpha", PARETO_ALPHA[1])):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= most:
+            if not finite_number(v) or not 0 <= v <= most:
                 raise InputError(where, name, f"must be a finite number from 0 to {most:g}, got {v!r}")
         if self.kind == "pareto" and not (PARETO_ALPHA[0] <= self.alpha and self.scale_s > 0):
             raise InputError(where, "alpha" if self.alpha < PARETO_ALPHA[0] else "scale_s",

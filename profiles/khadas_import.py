@@ -102,17 +102,20 @@ class _Row(dict):
         return parse_number(self[column], self.source, self.field(column), integer=True)
 
 
-def _csv_dicts(path: Path) -> list[_Row]:
-    """Rows of a measurement CSV keyed by its header (read with pipeplan.core.io's checks)."""
-    rows = read_csv(path, what="measurement CSV")
+def _csv_dicts(src: Path, name: str) -> list[_Row]:
+    """Rows of the measurement CSV ``src / name`` keyed by its header (read with
+    pipeplan.core.io's checks). The file must lie inside ``src`` after links: a link to a file
+    elsewhere had been read, and its cells quoted in the error."""
+    path = src / name
+    rows = read_csv(inside_folder(src, name, str(path), "file"), what="measurement CSV")
     if not rows:
         return []
     header = rows[0][1]
     return [_Row(dict(zip(header, cells)), str(path), line) for line, cells in rows[1:]]
 
 
-def _read_rows(path: Path):
-    return [r for r in _csv_dicts(path) if r.get("Graph")]
+def _read_rows(src: Path, name: str):
+    return [r for r in _csv_dicts(src, name) if r.get("Graph")]
 
 
 def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: dict,
@@ -230,7 +233,7 @@ def _evaluations(src: Path) -> list[dict]:
         if path.name == SWITCHING_RUNS:
             continue
         pipelined_file = path.name.startswith("pipelined")
-        for r in _csv_dicts(path):
+        for r in _csv_dicts(src, f"evaluations/{path.name}"):
             freq = _freq_spec(r)
             if freq is None:
                 continue
@@ -248,7 +251,7 @@ def _evaluations(src: Path) -> list[dict]:
 def _switching_runs(src: Path) -> list[dict]:
     """The layer-switching runs: serial, one-frame time only (their energy was not recorded)."""
     out = []
-    for r in _csv_dicts(src / "evaluations" / SWITCHING_RUNS):
+    for r in _csv_dicts(src, f"evaluations/{SWITCHING_RUNS}"):
         freq = _freq_spec(r)
         if freq is not None:
             out.append({"instance": f"khadas-vim3/{r['graph']}", "mapping": r["order"], "mode": "serial",
@@ -276,7 +279,7 @@ def _receiver_level(r: _Row) -> str:
 def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
     """transfer_freq.csv as "SRC->DST" -> copying CPU's level -> [time, power] against its top."""
     by_pair: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
-    for r in _csv_dicts(src / "transfer_freq.csv"):
+    for r in _csv_dicts(src, "transfer_freq.csv"):
         order = r["order"]
         level = _receiver_level(r)
         if len(order) < 2:
@@ -299,20 +302,9 @@ def import_khadas(src: Path, repo: Path) -> list[Path]:
         return [write_atomic(repo / path.relative_to(staged), path.read_bytes()) for path in _derive(src, staged)]
 
 
-def _check_inside(src: Path) -> None:
-    """Every measurement file read lies inside ``src`` after links: a link to a file elsewhere
-    had been read, and its cells quoted in the error."""
-    names = ["transfers.csv", "transfer_freq.csv", "layers_dvfs.csv", "inception_blocks.csv",
-             f"evaluations/{SWITCHING_RUNS}"]
-    names += [f"evaluations/{p.name}" for p in sorted((src / "evaluations").glob("*.csv"))]
-    for name in names:
-        inside_folder(src, name, str(src / name), "file")
-
-
 def _derive(src: Path, repo: Path) -> list[Path]:
-    _check_inside(src)
     transfers_raw: dict[tuple, list[float]] = defaultdict(list)
-    transfer_rows = _csv_dicts(src / "transfers.csv")
+    transfer_rows = _csv_dicts(src, "transfers.csv")
     if not transfer_rows:
         raise InputError(str(src / "transfers.csv"), "", "no measured transfers")
     for r in transfer_rows:
@@ -323,7 +315,7 @@ def _derive(src: Path, repo: Path) -> list[Path]:
         by_graph[g][(layer, s, d)] = statistics.median(vals)
         pair_values[f"{s}->{d}"].append(statistics.median(vals))
     pair_medians = {k: round(statistics.median(v), 6) for k, v in sorted(pair_values.items())}
-    powers = [r.number("transfer_power") for r in _csv_dicts(src / "transfer_freq.csv")]
+    powers = [r.number("transfer_power") for r in _csv_dicts(src, "transfer_freq.csv")]
     if not powers:
         raise InputError(str(src / "transfer_freq.csv"), "transfer_power", "no rows")
     transfer_power = statistics.median(powers)
@@ -333,7 +325,7 @@ def _derive(src: Path, repo: Path) -> list[Path]:
     tables = {}
     for file, graphs in (("layers_dvfs.csv", DVFS_GRAPHS), ("inception_blocks.csv", tuple(PARAPIPE_GRAPHS))):
         rows = tables[file] = defaultdict(list)
-        for r in _read_rows(src / file):
+        for r in _read_rows(src, file):
             rows[r["Graph"]].append(r)
         for g in graphs:
             if not rows[g]:

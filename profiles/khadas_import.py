@@ -42,12 +42,11 @@ from __future__ import annotations
 
 import ast
 import statistics
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import inside_folder, parse_number, read_csv, write_atomic, write_json
+from pipeplan.core.io import inside_folder, parse_number, read_csv, staged_folder, write_atomic, write_json
 from pipeplan.formulations.mapping.profile import profile_from_dict
 from pipeplan.profiles.khadas_costmodel import fitted_documents, read_runs
 
@@ -294,15 +293,20 @@ def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
 
 
 def import_khadas(src: Path, repo: Path) -> list[Path]:
-    """Read the raw measurements under ``src`` and write the derived files into ``repo``. Every
-    file is derived in a temporary folder first (the fit reads the derived run tables back), so
-    a bad measurement file leaves ``repo`` as it was; only then is each copied in atomically."""
-    with tempfile.TemporaryDirectory(prefix="pipeplan-khadas-") as scratch:
-        staged = Path(scratch)
-        return [write_atomic(repo / path.relative_to(staged), path.read_bytes()) for path in _derive(src, staged)]
+    """Read the raw measurements under ``src`` and write the derived files into ``repo``, all or
+    nothing. Every file is derived into a stage folder laid out as ``repo`` (profiles/... and
+    instances/...; the fit reads the derived run tables back from it), and only then do they all
+    move in together (core.io.staged_folder): a bad measurement file found late, or a write that
+    fails while they move in, leaves ``repo`` as it was. Files in ``repo`` that the import does
+    not write are never touched."""
+    with staged_folder(repo) as stage:
+        derived = _derive(src, stage)
+    return [repo / path.relative_to(stage) for path in derived]
 
 
 def _derive(src: Path, repo: Path) -> list[Path]:
+    """Derive every file from the measurements under ``src`` and write it under ``repo`` (the
+    stage folder of :func:`import_khadas`); the paths written."""
     transfers_raw: dict[tuple, list[float]] = defaultdict(list)
     transfer_rows = _csv_dicts(src, "transfers.csv")
     if not transfer_rows:

@@ -51,13 +51,82 @@ def test_googlenet_operator_level_is_calibrated_to_the_board(granularity):
         assert op_total == pytest.approx(sum(blocks.time_ms[pu]["max"]), rel=1e-9)
 
 
+DERIVED = ("instances/khadas-vim3", "profiles/data/khadas-vim3")   # the folders import-khadas writes in
+
+
+def _old_repo(repo: Path) -> dict[str, bytes]:
+    """A --repo holding an older version of every derived file and a file the import does not
+    write; its files' bytes by path."""
+    for folder in DERIVED:
+        for committed in (ROOT / folder).glob("*"):
+            (repo / folder).mkdir(parents=True, exist_ok=True)
+            (repo / folder / committed.name).write_bytes(b"old " + committed.name.encode())
+    (repo / DERIVED[0] / "notes.txt").write_text("mine, not the importer's\n")
+    return _files(repo)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/khadas-vim3 not beside the checkout")
-def test_importer_reproduces_the_committed_files(tmp_path):
-    written = import_khadas(SHARED, tmp_path)
+@pytest.mark.parametrize("fresh", [True, False], ids=["new-repo", "over-old-files"])
+def test_importer_reproduces_the_committed_files(tmp_path, fresh):
+    repo = tmp_path / "repo"
+    before = {} if fresh else _old_repo(repo)
+    written = import_khadas(SHARED, repo)
     assert len(written) == 2 * 10 + 2      # profiles and instances, evaluations.csv, switching_runs.csv
     for path in written:
-        rel = path.relative_to(tmp_path)
+        rel = path.relative_to(repo)
         assert filecmp.cmp(path, ROOT / rel, shallow=False), f"{rel} differs from the committed copy"
+    after = _files(repo)
+    assert set(after) == set(before) | {str(p.relative_to(repo)) for p in written}   # nothing else removed
+    assert after.get("instances/khadas-vim3/notes.txt") == before.get("instances/khadas-vim3/notes.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]       # no stage or backup folder left
+
+
+def _fail_third_move_into(repo: Path, monkeypatch) -> None:
+    """os.replace fails (disk full) on the third file moved into ``repo`` itself: two derived
+    files are already in place when it does."""
+    import errno
+    import os
+    replace, moved = os.replace, []
+
+    def flaky(src, dst, **kw):
+        if Path(dst).resolve().is_relative_to(repo.resolve()) and ".pp-" not in str(dst):
+            moved.append(dst)
+            if len(moved) == 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return replace(src, dst, **kw)
+    monkeypatch.setattr(os, "replace", flaky)
+
+
+def _fail_after_the_run_tables(repo: Path, monkeypatch) -> None:
+    """A fault found late: the fit, which runs after evaluations.csv and switching_runs.csv are
+    written, refuses a measurement."""
+    from pipeplan.core.errors import InputError
+    from pipeplan.profiles import khadas_import
+
+    def refuse(docs, runs):
+        raise InputError("evaluations/serial_YOLOv3.csv", "line 2: total_time", "found late")
+    monkeypatch.setattr(khadas_import, "fitted_documents", refuse)
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/khadas-vim3 not beside the checkout")
+@pytest.mark.parametrize("fault", [_fail_third_move_into, _fail_after_the_run_tables])
+def test_a_failed_import_leaves_the_repo_byte_for_byte(tmp_path, monkeypatch, capsys, fault):
+    """The files had been copied into --repo one at a time: a failure after the first left a mix
+    of new and old files. Now one error line, exit 2, and --repo exactly as it was."""
+    from pipeplan.app.cli.main import main
+    repo = tmp_path / "repo"
+    before = _old_repo(repo)
+    fault(repo, monkeypatch)
+    with pytest.raises(SystemExit) as stop:
+        main(["import-khadas", "--src", str(SHARED), "--repo", str(repo)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    assert _files(repo) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]       # no stage or backup folder left
 
 
 def _damage(folder: Path, file: str, line: int, column: str, value: str) -> None:

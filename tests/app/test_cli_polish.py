@@ -3,6 +3,7 @@ values, --version, groups without a command, progress when stderr is not a termi
 NSGA-II front of `pareto`, and `energy n/a` for a profile without power."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import re
@@ -99,27 +100,47 @@ def test_group_without_a_command_prints_help_and_no_error_line(args):
 
 
 def test_plain_progress_lines_are_rate_limited(monkeypatch, capsys):
-    """Off a terminal: the first step, then at most one line per interval, and the last step."""
+    """Off a terminal: nothing in the first interval, then at most one line per interval, and
+    the last step."""
     from pipeplan.app.cli import common
 
     clock = iter(i * 0.5 for i in range(100))
     monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
-    with common.progress("bench quick") as progress:
-        for i in range(1, 10):                # t = 0, 0.5, ..., 4.0 s
+    with common.progress("bench quick") as progress:     # starts at t = 0
+        for i in range(1, 10):                # t = 0.5, 1.0, ..., 4.5 s
             progress(i, None, f"mapping khadas-vim3/Alex run{i}")
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ["bench quick: 1 mapping khadas-vim3/Alex run1", "bench quick: 5 mapping khadas-vim3/Alex run5",
+    assert lines == ["bench quick: 4 mapping khadas-vim3/Alex run4", "bench quick: 8 mapping khadas-vim3/Alex run8",
                      "bench quick: 9 mapping khadas-vim3/Alex run9"]
 
 
-def test_bench_piped_prints_progress_lines_on_stderr(tmp_path):
+@pytest.mark.parametrize("fails", [False, True], ids=["ends", "fails"])
+def test_a_run_shorter_than_the_interval_writes_no_progress_line(monkeypatch, capsys, fails):
+    """A plain line had been written at the first step, so a command that failed a moment
+    later had it above its error line (``gradcode train --lr 1e308``): stderr was two lines."""
+    from pipeplan.app.cli import common
+
+    clock = iter(i * 0.5 for i in range(100))
+    monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
+    with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+        with common.progress("train fr") as progress:
+            for i in range(1, 4):             # t = 0.5, 1.0, 1.5 s: within the first interval
+                progress(i, 3)
+            if fails:
+                raise RuntimeError("diverged")
+    assert capsys.readouterr().err == ""
+
+
+def test_bench_piped_keeps_progress_off_stdout(tmp_path):
+    """Piped, stdout is the result only; stderr holds progress lines alone, ending with the last
+    step (none at all when the bench ends within the first interval: see the tests above)."""
     suite = tmp_path / "mini.toml"
     suite.write_text('[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["single", "heft"]\n')
     proc = run_cli("bench", "--suite", suite, "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert lines and all(re.fullmatch(rf"bench {re.escape(str(suite))}: \d/2( .*)?", line) for line in lines), lines
-    assert re.fullmatch(rf"bench {re.escape(str(suite))}: 2/2 mapping khadas-vim3/SqueezeV1 \S+", lines[-1])
+    assert all(re.fullmatch(rf"bench {re.escape(str(suite))}: \d/2( .*)?", line) for line in lines), lines
+    assert not lines or re.fullmatch(rf"bench {re.escape(str(suite))}: 2/2 mapping khadas-vim3/SqueezeV1 \S+", lines[-1])
     assert "2/2" not in proc.stdout and "runs" in proc.stdout      # stdout: the result only
 
 

@@ -161,23 +161,28 @@ def command_text(words: str) -> str:
 
 # --- progress ---------------------------------------------------------------------------------
 
-PLAIN_INTERVAL_S = 2.0   # at most one plain progress line this often (plus the last one)
+PLAIN_INTERVAL_S = 2.0   # plain progress lines: none in a run's first interval, then at most one per interval
 
 
 class progress:
-    """Progress on stderr: a rich bar on a terminal; otherwise plain lines, at most one every
-    ``PLAIN_INTERVAL_S`` plus the last step, so that a run piped to a file or in CI is not
-    silent for minutes and its log stays short. stdout stays clean either way."""
+    """Progress on stderr: a rich bar on a terminal (transient: erased when the block ends);
+    otherwise plain lines, so that a run piped to a file or in CI is not silent for minutes and
+    its log stays short. Plain lines start only once the run has gone on for ``interval_s``
+    (as git's delayed progress), then come at most one per interval plus the last step: a
+    command that ends or fails sooner writes none, so its stderr is its error line alone, as on
+    a terminal. stdout stays clean either way."""
 
     def __init__(self, label: str, *, interval_s: float = PLAIN_INTERVAL_S):
         self.label = label
         self.bar = None
         self.interval_s = interval_s
-        self._printed = -float("inf")   # when the last plain line was written
+        self._printed = -float("inf")   # when the last plain line was written (the start, before one is)
+        self._logging = False           # a plain line was written: the last step will be too
         self._pending: str | None = None  # the latest step not yet written
 
     def __enter__(self):
         if not sys.stderr.isatty():
+            self._printed = time.monotonic()
             return self
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -194,19 +199,19 @@ class progress:
             return
         line = f"{self.label}: {done}" + (f"/{total}" if total is not None else "") + (f" {what}" if what else "")
         now = time.monotonic()
-        if now - self._printed >= self.interval_s or (total is not None and done >= total):
+        if now - self._printed >= self.interval_s or (self._logging and total is not None and done >= total):
             self._write(line, now)
         else:
             self._pending = line
 
     def _write(self, line: str, now: float) -> None:
         print(line, file=sys.stderr, flush=True)
-        self._printed, self._pending = now, None
+        self._printed, self._pending, self._logging = now, None, True
 
     def __exit__(self, exc_type, *exc):
         if self.bar is not None:
             self.bar.__exit__(exc_type, *exc)
-        elif self._pending is not None and exc_type is None:   # the last step; none after an error
+        elif self._pending is not None and self._logging and exc_type is None:   # the last step; none after an error
             self._write(self._pending, time.monotonic())
         return False
 

@@ -100,18 +100,18 @@ def test_group_without_a_command_prints_help_and_no_error_line(args):
 
 
 def test_plain_progress_lines_are_rate_limited(monkeypatch, capsys):
-    """Off a terminal: nothing in the first interval, then at most one line per interval, and
-    the last step."""
+    """Off a terminal: nothing in the first interval from the first step, then at most one line
+    per interval, and the last step."""
     from pipeplan.app.cli import common
 
     clock = iter(i * 0.5 for i in range(100))
     monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
-    with common.progress("bench quick") as progress:     # starts at t = 0
-        for i in range(1, 10):                # t = 0.5, 1.0, ..., 4.5 s
+    with common.progress("bench quick") as progress:
+        for i in range(1, 11):                # t = 0, 0.5, ..., 4.5 s
             progress(i, None, f"mapping khadas-vim3/Alex run{i}")
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ["bench quick: 4 mapping khadas-vim3/Alex run4", "bench quick: 8 mapping khadas-vim3/Alex run8",
-                     "bench quick: 9 mapping khadas-vim3/Alex run9"]
+    assert lines == ["bench quick: 5 mapping khadas-vim3/Alex run5", "bench quick: 9 mapping khadas-vim3/Alex run9",
+                     "bench quick: 10 mapping khadas-vim3/Alex run10"]
 
 
 @pytest.mark.parametrize("fails", [False, True], ids=["ends", "fails"])
@@ -124,7 +124,7 @@ def test_a_run_shorter_than_the_interval_writes_no_progress_line(monkeypatch, ca
     monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
     with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
         with common.progress("train fr") as progress:
-            for i in range(1, 4):             # t = 0.5, 1.0, 1.5 s: within the first interval
+            for i in range(1, 4):             # t = 0, 0.5, 1.0 s: within the first interval
                 progress(i, 3)
             if fails:
                 raise RuntimeError("diverged")

@@ -161,28 +161,28 @@ def command_text(words: str) -> str:
 
 # --- progress ---------------------------------------------------------------------------------
 
-PLAIN_INTERVAL_S = 2.0   # plain progress lines: none in a run's first interval, then at most one per interval
+PLAIN_INTERVAL_S = 2.0   # plain progress lines: none in the first interval of steps, then at most one per interval
 
 
 class progress:
     """Progress on stderr: a rich bar on a terminal (transient: erased when the block ends);
     otherwise plain lines, so that a run piped to a file or in CI is not silent for minutes and
-    its log stays short. Plain lines start only once the run has gone on for ``interval_s``
-    (as git's delayed progress), then come at most one per interval plus the last step: a
-    command that ends or fails sooner writes none, so its stderr is its error line alone, as on
-    a terminal. stdout stays clean either way."""
+    its log stays short. Plain lines start only once steps have been reported for
+    ``interval_s`` (as git's delayed progress; counted from the first step, so that a slow
+    set-up, such as loading a data set, does not use up the quiet start), then come at most one
+    per interval plus the last step: a command that ends or fails sooner writes none, so its
+    stderr is its error line alone, as on a terminal. stdout stays clean either way."""
 
     def __init__(self, label: str, *, interval_s: float = PLAIN_INTERVAL_S):
         self.label = label
         self.bar = None
         self.interval_s = interval_s
-        self._printed = -float("inf")   # when the last plain line was written (the start, before one is)
+        self._printed: float | None = None   # when the last plain line was written (the first step, before one is)
         self._logging = False           # a plain line was written: the last step will be too
         self._pending: str | None = None  # the latest step not yet written
 
     def __enter__(self):
         if not sys.stderr.isatty():
-            self._printed = time.monotonic()
             return self
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -199,6 +199,8 @@ class progress:
             return
         line = f"{self.label}: {done}" + (f"/{total}" if total is not None else "") + (f" {what}" if what else "")
         now = time.monotonic()
+        if self._printed is None:
+            self._printed = now
         if now - self._printed >= self.interval_s or (self._logging and total is not None and done >= total):
             self._write(line, now)
         else:

@@ -41,6 +41,7 @@ from pipeplan.deploy.partition import Group, branch_groups, check_plan, expand_p
 from pipeplan.deploy.runtime import pu_runtime
 from pipeplan.deploy.weights import with_random_weights
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
+from pipeplan.formulations.mapping.onnx_bounds import check_model_bounds
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, read_model
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
@@ -87,6 +88,7 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     plan = plan_from_dict(load_json(plan_file), str(plan_file))
     model = inline_external_data(read_model(model_file), model_file)
     g = graph_from_model(model, str(model_file))
+    check_model_bounds(model, str(model_file))
     instance_name = instance or _named_instance(plan.instance, plan_file)
     if not instance_name:
         raise InputError(str(plan_file), "instance", "the plan names no instance; give --instance")

@@ -22,6 +22,7 @@ import onnx
 
 from pipeplan.core.io import inside_folder, load_json, read_input
 from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION, check_session_config
+from pipeplan.formulations.mapping.onnx_bounds import check_model_bounds
 from pipeplan.formulations.mapping.onnx_external import external_tensors
 from pipeplan.formulations.mapping.profile import Reader
 from pipeplan.profiles.roofline import MAX_THREADS
@@ -84,7 +85,8 @@ def sha256_of(path: Path) -> str:
 
 def _checked_model(r: Reader, folder: Path, spec: Any, fld: str) -> Path:
     """The sub-model or reference file ``spec`` names: inside ``folder``, unchanged since the
-    export (sha256) and with its weights inline."""
+    export (sha256), with its weights inline and within the bounds of
+    :func:`~pipeplan.formulations.mapping.onnx_bounds.check_model_bounds`."""
     spec = r.obj(spec, fld)
     file = inside_folder(folder, r.get(spec, "file", fld), r.source, f"{fld}.file")
     if not file.is_file():
@@ -93,12 +95,14 @@ def _checked_model(r: Reader, folder: Path, spec: Any, fld: str) -> Path:
     if hashlib.sha256(data).hexdigest() != r.get(spec, "sha256", fld):
         raise r.fail(f"{fld}.sha256", f"{file.name} differs from the exported file (sha256)")
     try:
-        external = external_tensors(onnx.load_model_from_string(data))
+        model = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf DecodeError and friends
         raise r.fail(f"{fld}.file", f"{file.name} is not a valid ONNX model ({exc})") from None
+    external = external_tensors(model)
     if external:
         raise r.fail(f"{fld}.file", f"{file.name} keeps tensor {external[0].name!r} in an external "
                      "file; an export holds its weights inline")
+    check_model_bounds(model, str(file))
     return file
 
 

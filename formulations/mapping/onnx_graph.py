@@ -30,10 +30,11 @@ from pathlib import Path
 
 import networkx as nx
 import onnx
-from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper, shape_inference
+from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import read_input
+from pipeplan.formulations.mapping.onnx_bounds import brief_error, infer_shapes_safely
 
 LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
                 "shufflenet", "squeezenet", "vgg19", "zfnet512")
@@ -89,7 +90,7 @@ def read_model(path: str | Path) -> ModelProto:
     try:
         model = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf DecodeError and friends: the bytes are not a model
-        raise InputError(source, "model", f"not a valid ONNX protobuf ({_brief(exc)})") from None
+        raise InputError(source, "model", f"not a valid ONNX protobuf ({brief_error(exc)})") from None
     if not model.graph.node:
         raise InputError(source, "model.graph.node", "no operator nodes (empty or truncated model)")
     return model
@@ -172,11 +173,6 @@ def graph_from_model(model: ModelProto, source: str) -> nx.DiGraph:
 # ------------------------------------------------------------------------------ structure
 
 
-def _brief(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
-
-
 def _node_inputs(node: NodeProto) -> tuple[str, ...]:
     """Distinct tensors ``node`` reads, including outer-scope names used in its subgraphs
     (If/Loop/Scan bodies), which are real dependencies too."""
@@ -231,9 +227,9 @@ def _infer_shapes(model: ModelProto, order: list[int], source: str) -> ModelProt
         reordered.graph.node.extend(model.graph.node[i] for i in order)
         model = reordered
     try:
-        return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        return infer_shapes_safely(model, strict=True)
     except Exception as exc:  # InferenceError, ValidationError, ...
-        raise InputError(source, "model", f"shape inference failed ({_brief(exc)})") from None
+        raise InputError(source, "model", f"shape inference failed ({brief_error(exc)})") from None
 
 
 # ---------------------------------------------------------------------------------- sizes

@@ -7,6 +7,11 @@ helper thread that runs its groups in order, each group once the groups it depen
 ONNX Runtime for a PU is pinned to the PU's cores (see :mod:`runtime`). ONNX Runtime releases
 the GIL while it computes, so the threads really run in parallel.
 
+A run stops at its time limit (``time_limit_s``, ``run --time-limit``): every ONNX Runtime call
+goes through one :class:`~pipeplan.profiles.ort_guard.RunGuard`, which ends them all at the
+deadline or when the main thread is interrupted (Ctrl-C, SIGTERM), so a model that computes for
+ever (a Loop whose end is decided at run time) cannot hang the run.
+
 Frames are random with a fixed seed (one generator per frame, so a frame can be rebuilt).
 After the run every frame is run again through the unsplit ``model_full.onnx`` and its outputs
 compared with ``numpy.allclose(rtol=1e-4, atol=1e-5)``.
@@ -41,24 +46,31 @@ from pipeplan.core.errors import InputError
 from pipeplan.core.sizes import check_memory
 from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
 from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
+from pipeplan.profiles.ort_guard import RunGuard
 
 HOST_PLATFORM = "host"  # profiles/platforms/host.json: its PUs C0, C1... are this machine's CPU threads
 OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
 QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory
 RTOL, ATOL = 1e-4, 1e-5
+# seconds: far above a real run (200 frames of vgg19 and their reference check take minutes on
+# a laptop), yet a bound on a model that never ends
+DEFAULT_TIME_LIMIT_S = 3600.0
 
 
 def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
                progress: Callable[[int, int], None] | None = None,
-               together: threading.Barrier | None = None, manifest: Manifest | None = None) -> dict[str, Any]:
+               together: threading.Barrier | None = None, manifest: Manifest | None = None,
+               time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> dict[str, Any]:
     """Run ``frames`` frames through the export in ``folder``; returns the report.
 
     ``together``: a barrier shared by runs of several exports at once (a joint export,
     :mod:`pipeplan.deploy.multi`). Each run waits at it once its sessions are ready, so the
     pipelines start streaming together, and again when its frames are out, so no run's
     reference check competes with another's frames. ``manifest``: the folder's manifest, when the
-    caller loaded it already (to check all networks' frames together)."""
+    caller loaded it already (to check all networks' frames together). ``time_limit_s``: the
+    most the run may take from here, reference check included."""
     check_frames(frames)
+    guard = RunGuard(time_limit_s)
     m = manifest or load_manifest(folder)
     check_memory("--frames", frames, kept_bytes_per_frame(m.outputs))
     host_cpus = os.cpu_count() or 1
@@ -70,7 +82,7 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     cores = {pu: usable_cores(rt["cores"]) for pu, rt in m.pus.items()}
     sessions = _sessions(m, cores)
     failures: list[InputError] = []
-    stages = [_StageWorker(m, spec, sessions, cores, failures) for spec in m.stages]
+    stages = [_StageWorker(m, spec, sessions, cores, failures, guard) for spec in m.stages]
     queues = [queue.Queue(maxsize=QUEUE_DEPTH) for _ in range(len(stages) + 1)]
 
     def feed() -> None:
@@ -84,28 +96,39 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
         finally:
             queues[0].put(None)
 
+    outputs: dict[int, list[np.ndarray]] = {}
+    leave: dict[int, float] = {}
+    all_out = threading.Event()
+
+    def collect() -> None:
+        try:
+            while (item := queues[-1].get()) is not None:
+                f, tensors = item
+                leave[f] = time.perf_counter()
+                outputs[f] = [tensors[t.name] for t in m.outputs]
+                if progress:
+                    progress(len(outputs), frames)
+        finally:
+            all_out.set()
+
     if together is not None:
         together.wait()
     threads = [threading.Thread(target=feed, name="feeder", daemon=True)]
     threads += [threading.Thread(target=w.serve, args=(queues[i], queues[i + 1]), name=f"stage{i}", daemon=True)
                 for i, w in enumerate(stages)]
+    threads.append(threading.Thread(target=collect, name="collector", daemon=True))
     for t in threads:
         t.start()
-    outputs: dict[int, list[np.ndarray]] = {}
-    leave: dict[int, float] = {}
-    while (item := queues[-1].get()) is not None:
-        f, tensors = item
-        leave[f] = time.perf_counter()
-        outputs[f] = [tensors[t.name] for t in m.outputs]
-        if progress:
-            progress(len(outputs), frames)
+    guard.wait(all_out)     # this thread stays free for signals and the deadline
     for t in threads:
         t.join()
+    if guard.timed_out:
+        raise guard.time_limit_error(str(Path(m.source).parent))
     if failures:
         raise failures[0]
     if together is not None:
         together.wait()
-    match, max_diff = _compare_with_reference(m, outputs, seed)
+    match, max_diff = _compare_with_reference(m, outputs, seed, guard)
     return _report(m, stages, sessions, cores, leave, match, max_diff)
 
 
@@ -159,8 +182,8 @@ def _sessions(m: Manifest, cores: dict[str, list[int] | None]) -> dict[str, ort.
 class _PuRunner:
     """Runs one stage's groups that belong to one PU, in order, each after its dependencies."""
 
-    def __init__(self, m: Manifest, stage: StageSpec, pu: str, sessions: dict, failures: list):
-        self.m, self.stage, self.pu, self.failures = m, stage, pu, failures
+    def __init__(self, m: Manifest, stage: StageSpec, pu: str, sessions: dict, failures: list, guard: RunGuard):
+        self.m, self.stage, self.pu, self.failures, self.guard = m, stage, pu, failures, guard
         self.groups = [(j, g) for j, g in enumerate(stage.groups) if g.pu == pu]
         self.sessions = sessions
         self.busy_s = 0.0
@@ -181,7 +204,7 @@ class _PuRunner:
     def _run_group(self, j: int, grp: GroupSpec, tensors: dict[str, np.ndarray]) -> None:
         start = time.perf_counter()
         try:
-            values = self.sessions[grp.id].run(list(grp.outputs), {t: tensors[t] for t in grp.inputs})
+            values = self.guard.run(self.sessions[grp.id], list(grp.outputs), {t: tensors[t] for t in grp.inputs})
         except Exception as exc:  # ORT's own error types: a sub-model that does not fit its inputs
             self.failures.append(InputError(self.m.source, f"stages[{self.stage.index}].groups[{j}]",
                                             f"ONNX Runtime failed on {grp.path.name} ({_brief(exc)})"))
@@ -193,9 +216,9 @@ class _PuRunner:
 class _StageWorker:
     """The thread of one stage: takes a frame, runs the stage's groups, hands the frame on."""
 
-    def __init__(self, m: Manifest, spec: StageSpec, sessions: dict, cores: dict, failures: list):
+    def __init__(self, m: Manifest, spec: StageSpec, sessions: dict, cores: dict, failures: list, guard: RunGuard):
         self.spec, self.cores, self.failures, self.source = spec, cores, failures, m.source
-        self.runners = [_PuRunner(m, spec, pu, sessions, failures)
+        self.runners = [_PuRunner(m, spec, pu, sessions, failures, guard)
                         for pu in dict.fromkeys(g.pu for g in spec.groups)]
         self.spans: dict[int, tuple[float, float]] = {}  # frame -> (start, end) in this stage
 
@@ -247,7 +270,8 @@ class _StageWorker:
         return jobs, thread
 
 
-def _compare_with_reference(m: Manifest, outputs: dict[int, list[np.ndarray]], seed: int) -> tuple[bool, float]:
+def _compare_with_reference(m: Manifest, outputs: dict[int, list[np.ndarray]], seed: int,
+                            guard: RunGuard) -> tuple[bool, float]:
     try:
         ref = make_session(m.reference.read_bytes(), {"intra_op_threads": 1, "session_config": {},
                                                       "providers": [CPU_PROVIDER]},
@@ -257,7 +281,12 @@ def _compare_with_reference(m: Manifest, outputs: dict[int, list[np.ndarray]], s
     names = [t.name for t in m.outputs]
     match, max_diff = True, 0.0
     for f, got in sorted(outputs.items()):
-        want = ref.run(names, frame_inputs(m.inputs, seed, f))
+        try:
+            want = guard.run_stoppable(ref, names, frame_inputs(m.inputs, seed, f))
+        except Exception as exc:  # ORT's own error types, or the stop at the deadline
+            if guard.timed_out:
+                raise guard.time_limit_error(str(Path(m.source).parent)) from None
+            raise InputError(str(m.reference), "", f"ONNX Runtime failed on it ({_brief(exc)})") from None
         for a, b in zip(got, want):
             match &= bool(np.allclose(a, b, rtol=RTOL, atol=ATOL))
             max_diff = max(max_diff, float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0)

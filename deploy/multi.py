@@ -46,7 +46,13 @@ from typing import Any
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, inside_folder, load_json
 from pipeplan.core.sizes import check_memory
-from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, kept_bytes_per_frame, run_export
+from pipeplan.deploy.executor import (
+    DEFAULT_TIME_LIMIT_S,
+    OVERSUBSCRIPTION,
+    check_frames,
+    kept_bytes_per_frame,
+    run_export,
+)
 from pipeplan.deploy.export import _check_target as check_single_target
 from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest, sha256_of
@@ -257,14 +263,15 @@ def load_joint(folder: str | Path) -> JointExport:
 
 
 def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
-              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[int, int], None] | None = None,
+              time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> dict[str, Any]:
     """Stream ``frames`` frames through every network of the joint export in ``folder`` at
     once; returns the report (per network: measured, predicted, their ratios, the whole
     single-network run report).
 
     Checked before any session loads: the number of networks (:func:`check_network_count`) and
     ``frames`` against the memory cap for all networks together, since every network keeps its
-    frames' outputs until the end at the same time."""
+    frames' outputs until the end at the same time. ``time_limit_s`` bounds each network's run."""
     check_frames(frames)
     joint = load_joint(folder)
     nets = joint.networks
@@ -286,7 +293,7 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
                     progress(sum(map(len, left.values())), frames * len(nets))
         try:
             reports[net.name] = run_export(net.folder, frames=frames, seed=seed, progress=tick, together=together,
-                                          manifest=manifests[net.name])
+                                          manifest=manifests[net.name], time_limit_s=time_limit_s)
         except BaseException as exc:   # handed to the caller below
             errors.append(exc)
             together.abort()           # the others stop waiting for this one

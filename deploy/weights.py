@@ -31,8 +31,10 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper, shape_inference
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.sizes import memory_cap_bytes
+from pipeplan.formulations.mapping.onnx_bounds import brief_error
 from pipeplan.formulations.mapping.onnx_external import MAX_PROTOBUF
 from pipeplan.formulations.mapping.onnx_graph import onnx_node_names
+from pipeplan.profiles.ort_guard import RunGuard, cap_memory
 
 # Ops that pass a weight on unchanged in value (only in layout); the role is decided further on.
 _LAYOUT_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transpose"}
@@ -77,7 +79,7 @@ def with_random_weights(model: ModelProto, seed: int, source: str = "<model>") -
     del graph.input[:]
     graph.input.extend(real_inputs)
     out.ir_version = max(out.ir_version, 4)
-    _calibrate_batch_norms(out, {t.name for t in generated}, rng)
+    _calibrate_batch_norms(out, {t.name for t in generated}, rng, source)
     return out, len(generated)
 
 
@@ -101,7 +103,7 @@ def _check_stand_in_sizes(graph, constants: dict, source: str) -> None:
                                  f"limit is {memory_cap_bytes()} bytes (PIPEPLAN_MAX_MEMORY_MB)")
 
 
-def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.random.Generator) -> None:
+def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.random.Generator, source: str) -> None:
     """Set the generated mean and variance of every 4-D batch-norm to the statistics of its
     input on one random frame, so it normalises as a trained one does.
 
@@ -110,7 +112,8 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
     every input. With batch 1, InstanceNormalization with the batch-norm's scale and bias is
     exactly a batch-norm that uses the frame's own statistics, so one run of a copy in which
     those batch-norms are InstanceNormalization gives every batch-norm's input as it will be
-    once all of them are calibrated. Edits ``model`` in place.
+    once all of them are calibrated. Edits ``model`` in place. The probe runs the model, so
+    ONNX Runtime failing on it is the model's fault: a one-line error naming ``source``.
     """
     ranks = _ranks(model)
     targets = [n for n in model.graph.node
@@ -132,12 +135,17 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.log_severity_level = 4     # fatal only: a failing model is one error line, not ORT's log too
-    session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feeds = {}
-    for arg in session.get_inputs():
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in arg.shape]
-        feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
-    seen = session.run([bn.input[0] for bn in targets], feeds)
+    cap_memory(opts)
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        feeds = {}
+        for arg in session.get_inputs():
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in arg.shape]
+            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+        seen = RunGuard().run_stoppable(session, [bn.input[0] for bn in targets], feeds)
+    except Exception as exc:  # ORT raises its own exception types for a model it cannot run
+        raise InputError(source, "model", f"ONNX Runtime cannot run it to calibrate its batch norms "
+                         f"({brief_error(exc)})") from None
     inits = {t.name: t for t in model.graph.initializer}
     for bn, x in zip(targets, seen):
         for name, value in ((bn.input[3], x.mean(axis=(0, 2, 3))), (bn.input[4], x.var(axis=(0, 2, 3)))):

@@ -19,7 +19,6 @@ import json
 import platform as host_platform
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,9 +29,11 @@ from onnx import ModelProto, helper
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.sizes import check_memory
+from pipeplan.formulations.mapping.onnx_bounds import check_model_bounds
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, onnx_node_names, read_model
 from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Transfers
+from pipeplan.profiles.ort_guard import RunGuard, cap_memory
 
 LEVEL = "max"
 TRANSFER_FIXED_MS = 0.01  # hand-off between two host threads: a queue push and a wake-up
@@ -59,6 +60,7 @@ def profile_host(model_path: str | Path, *, pus: tuple[str, ...] = ("C0", "C1"),
                          "and distinct PU names")
     model = inline_external_data(read_model(model_path), Path(model_path))   # ORT would look in the cwd
     g = graph_from_model(model, source)
+    check_model_bounds(model, source)
     check_memory("--runs", runs + warmup, TRACE_BYTES_PER_NODE_RUN * g.number_of_nodes())
     trace = _run_profiled(_renamed(model), source, runs=runs, warmup=warmup, threads=threads,
                           progress=progress)
@@ -98,12 +100,14 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 4     # fatal only: a failing model is one error line, not ORT's log too
+        cap_memory(opts)
         session = None
         try:
             session = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
             feeds = _random_inputs(session)
+            guard = RunGuard()
             for done in range(1, warmup + runs + 1):
-                _run_stoppable(session, feeds)
+                guard.run_stoppable(session, None, feeds)
                 if progress:
                     progress(done, warmup + runs)
         except Exception as exc:  # ORT raises its own exception types for bad models
@@ -116,32 +120,6 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
         if e["name"].endswith("_kernel_time"):
             trace.setdefault(e["name"][: -len("_kernel_time")], []).append(e["dur"] / 1000.0)
     return trace
-
-
-def _run_stoppable(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> None:
-    """``session.run`` in a helper thread, so that Ctrl-C and SIGTERM reach the main thread
-    while ONNX Runtime computes (a model that loops for ever, a Loop of 2^62 steps, had ignored
-    both: only SIGKILL stopped it); they stop the run through ``RunOptions.terminate``."""
-    options = ort.RunOptions()
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            session.run(None, feeds, options)
-        except BaseException as exc:  # noqa: BLE001  (handed to the main thread)
-            failure.append(exc)
-
-    worker = threading.Thread(target=target, name="pipeplan-profile-run", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.1)
-    except BaseException:
-        options.terminate = True
-        worker.join(2.0)     # ORT checks the flag between kernels; a daemon thread ends with the process
-        raise
-    if failure:
-        raise failure[0]
 
 
 def _random_inputs(session: ort.InferenceSession) -> dict[str, np.ndarray]:

@@ -559,16 +559,19 @@ def export_cmd(plan: Path = typer.Argument(..., help="a plan or SolveResult JSON
 def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan export, or pipeplan multi export)"),
             frames: int = typer.Option(200, "--frames", help="frames to stream through (at least 2)"),
             seed: int = typer.Option(0, "--seed", help="seed of the random input frames"),
+            time_limit: float = typer.Option(3600.0, "--time-limit",
+                                             help="seconds the run may take (each network's, for a joint export); "
+                                                  "ONNX Runtime is stopped there"),
             as_json: bool = typer.Option(False, "--json", help="print the whole report as JSON")):
     """Run an export as a pipeline on ONNX Runtime: throughput, latency, PU busy share, output check.
     A joint export (joint.json) runs every network's pipeline at the same time."""
     from pipeplan.deploy.executor import platform_warning, run_export
     from pipeplan.deploy.multi import is_joint_export
-    check_limits(None, seed=seed)      # else numpy's refusal of a seed reads as a fault of the manifest
+    check_limits(time_limit, seed=seed)      # else numpy's refusal of a seed reads as a fault of the manifest
     if is_joint_export(folder):
-        return _run_joint(folder, frames, seed, as_json)
+        return _run_joint(folder, frames, seed, as_json, time_limit)
     with _progress(f"run {folder.name}") as progress:
-        report = run_export(folder, frames=frames, seed=seed, progress=progress)
+        report = run_export(folder, frames=frames, seed=seed, progress=progress, time_limit_s=time_limit)
     warning = platform_warning(report)
     if warning:
         typer.echo(warning, err=True)
@@ -588,12 +591,12 @@ def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan 
         raise typer.Exit(1)
 
 
-def _run_joint(folder: Path, frames: int, seed: int, as_json: bool) -> None:
+def _run_joint(folder: Path, frames: int, seed: int, as_json: bool, time_limit: float) -> None:
     """`pipeplan run` of a joint export: one line per network, measured under concurrency vs predicted."""
     from pipeplan.deploy.executor import platform_warning
     from pipeplan.deploy.multi import run_joint
     with _progress(f"run {folder.name}") as progress:
-        report = run_joint(folder, frames=frames, seed=seed, progress=progress)
+        report = run_joint(folder, frames=frames, seed=seed, progress=progress, time_limit_s=time_limit)
     for net in report["networks"].values():
         warning = platform_warning(net["run"])
         if warning:

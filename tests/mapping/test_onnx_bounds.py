@@ -1,0 +1,168 @@
+"""Bounds on an untrusted ONNX model's own computation: refused from its shapes before a session
+exists (onnx_bounds), or stopped by ONNX Runtime's memory cap and the run's time limit (ort_guard)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from pipeplan.core.errors import InputError
+from pipeplan.deploy.weights import with_random_weights
+from pipeplan.formulations.mapping import onnx_bounds
+from pipeplan.formulations.mapping.onnx_bounds import MAX_LOOP_TRIPS, MAX_PROPAGATED, check_model_bounds
+from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_path
+from tests.cli_helpers import assert_input_error, run_cli
+
+GOOD = Path(__file__).parents[1] / "bad_inputs" / "good"
+X = h.make_tensor_value_info("X", T.FLOAT, [1, 4])
+
+
+def model(nodes, inits=(), outputs=None) -> onnx.ModelProto:
+    out = outputs or [h.make_tensor_value_info("Y", T.FLOAT, None)]
+    m = h.make_model(h.make_graph(nodes, "g", [X], out, list(inits)), opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def huge_constant(n: int = 3_000_000_000) -> onnx.ModelProto:
+    """A 200-byte model whose ConstantOfShape asks for n floats (3e9: 12 GB)."""
+    return model([h.make_node("ConstantOfShape", ["s"], ["c"], name="big"),
+                  h.make_node("ReduceSum", ["c"], ["r"], keepdims=0), h.make_node("Add", ["X", "r"], ["Y"])],
+                 [h.make_tensor("s", T.INT64, [1], [n])])
+
+
+def loop(trips: int | None) -> onnx.ModelProto:
+    """X -> Loop -> Y; with trips None the Loop has no trip count and a condition that stays true."""
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]), h.make_node("Identity", ["v_in"], ["v_out"])],
+                        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
+                                 h.make_tensor_value_info("v_in", T.FLOAT, [1, 4])],
+                        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("v_out", T.FLOAT, [1, 4])])
+    inits = [h.make_tensor("c", T.BOOL, [], [True])]
+    if trips is not None:
+        inits.append(h.make_tensor("M", T.INT64, [], [trips]))
+    node = h.make_node("Loop", ["M" if trips is not None else "", "c", "X"], ["Y"], body=body, name="loop")
+    return model([node], inits, [h.make_tensor_value_info("Y", T.FLOAT, [1, 4])])
+
+
+def input_sized_constant(scale: float) -> onnx.ModelProto:
+    """ConstantOfShape of max|X| * scale floats: a size only the run knows."""
+    return model([h.make_node("Abs", ["X"], ["a"]), h.make_node("ReduceMax", ["a"], ["m"], keepdims=0),
+                  h.make_node("Mul", ["m", "k"], ["mk"]), h.make_node("Cast", ["mk"], ["s0"], to=T.INT64),
+                  h.make_node("Unsqueeze", ["s0", "ax"], ["s"]), h.make_node("ConstantOfShape", ["s"], ["c"], name="dyn"),
+                  h.make_node("ReduceSum", ["c"], ["Y"], keepdims=0)],
+                 [h.make_tensor("k", T.FLOAT, [], [scale]), h.make_tensor("ax", T.INT64, [1], [0])])
+
+
+def test_a_tensor_above_the_limit_is_refused_naming_it():
+    with pytest.raises(InputError) as e:
+        check_model_bounds(huge_constant(), "m.onnx")
+    assert e.value.source == "m.onnx" and e.value.field == "graph.tensor[c]"
+    check_model_bounds(huge_constant(1000), "m.onnx")
+
+
+def test_a_constant_loop_count_above_the_limit_is_refused_and_one_at_it_accepted():
+    with pytest.raises(InputError) as e:
+        check_model_bounds(loop(2**62), "m.onnx")
+    assert e.value.field == "graph.node[loop]" and str(2**62) in e.value.message
+    check_model_bounds(loop(MAX_LOOP_TRIPS), "m.onnx")
+    check_model_bounds(loop(None), "m.onnx")      # decided at run time: the time limit bounds it
+
+
+def test_a_size_from_constants_that_inference_cannot_bound_is_refused():
+    """Abs has no shape-data propagation, so the ConstantOfShape's size is unknown though constant."""
+    m = model([h.make_node("Abs", ["s"], ["s2"]), h.make_node("ConstantOfShape", ["s2"], ["Y"], name="cos")],
+              [h.make_tensor("s", T.INT64, [1], [-3_000_000_000])])
+    with pytest.raises(InputError) as e:
+        check_model_bounds(m, "m.onnx")
+    assert e.value.field == "graph.node[cos]"
+
+
+def test_a_size_from_the_input_values_passes_the_static_check():
+    check_model_bounds(input_sized_constant(1e9), "m.onnx")
+
+
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_every_shipped_model_is_within_the_bounds(name):
+    check_model_bounds(onnx.load(str(light_model_path(name))), name)
+
+
+def test_long_integer_tensors_are_inferred_without_data_propagation(monkeypatch):
+    """ONNX propagates an integer tensor as shape data element by element (1.4 GB for 1e7)."""
+    calls = []
+    real = onnx_bounds.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx_bounds.shape_inference, "infer_shapes",
+                        lambda m, **kw: calls.append(kw.get("data_prop", False)) or real(m, **kw))
+
+    def cast_of(n: int) -> onnx.ModelProto:
+        return model([h.make_node("ConstantOfShape", ["s"], ["c"], value=h.make_tensor("v", T.INT64, [1], [1])),
+                      h.make_node("Cast", ["c"], ["Y"], to=T.FLOAT)], [h.make_tensor("s", T.INT64, [1], [n])])
+    onnx_bounds.infer_shapes_safely(cast_of(MAX_PROPAGATED + 1), strict=False)
+    assert calls == [False]
+    calls.clear()
+    onnx_bounds.infer_shapes_safely(cast_of(MAX_PROPAGATED), strict=False)
+    assert calls == [False, True]
+
+
+@pytest.mark.parametrize("make, field", [(huge_constant, "graph.tensor[c]"),
+                                         (lambda: loop(2**62), "graph.node[loop]")])
+def test_profile_refuses_before_onnx_runtime_starts(tmp_path, make, field):
+    onnx.save(make(), str(tmp_path / "m.onnx"))
+    proc = run_cli("profile", tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "p.json")
+    assert_input_error(proc, "m.onnx", field)
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_size_only_the_run_knows_is_stopped_by_the_memory_cap(tmp_path):
+    """max|X| * 1e9 floats: about 2.5 GB, asked of an ONNX Runtime capped at 64 MiB (it had
+    allocated it); the cap refuses the allocation, so the test allocates nothing of the kind."""
+    onnx.save(input_sized_constant(1e9), str(tmp_path / "m.onnx"))
+    proc = run_cli("profile", tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "p.json",
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "64"})
+    assert_input_error(proc, "m.onnx", "ONNX Runtime cannot run it", "memory")
+    assert not (tmp_path / "p.json").exists()
+
+
+def export_with_stage(tmp_path: Path, stage: onnx.ModelProto) -> Path:
+    """The good export (X -> Relu -> Y) with its stage model replaced, the manifest's hash with it."""
+    folder = tmp_path / "export"
+    shutil.copytree(GOOD / "manifest", folder)
+    onnx.save(stage, str(folder / "stage0.onnx"))
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["stages"][0]["groups"][0]["sha256"] = hashlib.sha256((folder / "stage0.onnx").read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_run_stops_a_model_that_never_ends_at_its_time_limit(tmp_path):
+    """A Loop whose condition stays true had made `run` hang until a signal."""
+    folder = export_with_stage(tmp_path, loop(None))
+    proc = run_cli("run", folder, "--frames", 2, "--time-limit", 2)
+    assert_input_error(proc, "--time-limit", "after 2 s")
+
+
+def test_run_refuses_a_sub_model_beyond_the_bounds(tmp_path):
+    folder = export_with_stage(tmp_path, loop(2**62))
+    assert_input_error(run_cli("run", folder, "--frames", 2), "stage0.onnx", "graph.node[loop]")
+
+
+def test_a_failing_batch_norm_calibration_is_one_input_error():
+    """The probe that calibrates the random batch norms ran ONNX Runtime without a guard: an index
+    out of range after the batch norm was ORT's traceback instead of an error naming the model."""
+    x = h.make_tensor_value_info("X", T.FLOAT, [1, 2, 2, 2])
+    stand_ins = [h.make_node("ConstantOfShape", [f"s_{p}"], [p], name=f"w_{p}") for p in ("g", "b", "mu", "var")]
+    nodes = stand_ins + [h.make_node("BatchNormalization", ["X", "g", "b", "mu", "var"], ["bn"], name="bn"),
+                         h.make_node("Gather", ["bn", "idx"], ["Y"], axis=1, name="gather")]
+    inits = [h.make_tensor(f"s_{p}", T.INT64, [1], [2]) for p in ("g", "b", "mu", "var")]
+    inits.append(h.make_tensor("idx", T.INT64, [1], [5]))
+    graph = h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("Y", T.FLOAT, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    with pytest.raises(InputError) as e:
+        with_random_weights(m, 0, "bn.onnx")
+    assert e.value.source == "bn.onnx" and e.value.field == "model" and "calibrate" in e.value.message

@@ -74,10 +74,12 @@ def check_stop() -> None:
         raise Terminated(_stopping)
 
 
-def run_within(work, seconds: float, grace: float = GRACE_S):
+def run_within(work, seconds: float, grace: float = GRACE_S, memory_bytes: int | None = None):
     """``work()``'s result, computed in a forked child process that is killed when it runs
     ``grace`` seconds past ``seconds``; None then (or when the child dies). An exception
-    ``work`` raises is raised here.
+    ``work`` raises is raised here. With ``memory_bytes``, the child's address space may grow
+    by at most that much (:func:`_limit_growth`): an allocation past it fails there
+    (``MemoryError`` in Python, or the child dies), never in this process.
 
     Why a process. A native solver can loop past its own time limit where no interrupt reaches
     it: HiGHS 1.16's MIP search did so on a 44-bucket step-bound model of a five-request round
@@ -93,6 +95,8 @@ def run_within(work, seconds: float, grace: float = GRACE_S):
 
     def child():
         try:
+            if memory_bytes is not None:
+                _limit_growth(memory_bytes)
             send.send((True, work()))
         except Exception as err:       # noqa: BLE001 (raised again in the parent)
             send.send((False, err))
@@ -125,3 +129,17 @@ def run_within(work, seconds: float, grace: float = GRACE_S):
     if not done:
         raise value
     return value
+
+
+def _limit_growth(memory_bytes: int) -> None:
+    """Let this process's address space grow by at most ``memory_bytes`` (RLIMIT_AS). Counted
+    from its size now: a forked child starts with its parent's mappings (libraries, ONNX
+    Runtime's arena, a model's weights), which are shared, not new."""
+    import os
+    import resource
+
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = size + memory_bytes
+    resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))

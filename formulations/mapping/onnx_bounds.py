@@ -18,24 +18,38 @@ steps never ended. :func:`check_model_bounds` refuses such a model from its shap
   we ship or test has a Loop; a loop over a sequence runs thousands of steps. A trip count or
   condition computed at run time is bounded by the run's time limit instead.
 
-:func:`infer_shapes_safely` is ONNX shape inference with data propagation, unless the model
-holds a long integer tensor: ONNX 1.23 propagates such a tensor element by element as shape
-data (about 140 bytes each: an int64 ``ConstantOfShape`` of 1e7 elements fed to a ``Cast`` took
-1.4 GB, and 3e9 would have taken 400 GB), so such a model is inferred without it.
+:func:`infer_shapes_safely` is ONNX shape inference made safe to run on such a model. ONNX
+propagates an integer tensor element by element as shape data (about 140 bytes and 150 ns each:
+Shape -> Mul by 1.6e7 -> ConstantOfShape -> Cast took 2.2 GB and 2.5 s; 3e9 would take 400 GB).
+So the inference runs in a forked child (:func:`~pipeplan.core.deadline.run_within`) whose
+memory may grow by at most the memory cap (:mod:`pipeplan.core.sizes`) and which is stopped
+after :data:`INFERENCE_TIME_S`; past either the model is refused. Within them, data propagation
+is still skipped for a model that holds an integer tensor over :data:`MAX_PROPAGATED` elements
+(a quantized weight, say), which it would propagate at that cost for no shape a plan needs. The
+child infers the model without the values of its weights (:func:`_drop_weight_values`; no
+inference reads a float tensor of that size) and sends back only that, so a large model costs
+neither a copy of its weights through the pipe nor their (de)serialisation: vgg19 with its
+548 MiB of weights had taken 6 s to check, now 0.05 s.
 """
 from __future__ import annotations
 
 import math
+import time
 
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape_inference
 
+from pipeplan.core.deadline import check_stop, run_within
 from pipeplan.core.errors import InputError
+from pipeplan.core.sizes import memory_cap_bytes
 from pipeplan.formulations.mapping.onnx_external import MAX_PROTOBUF
 
 MAX_TENSOR_BYTES = MAX_PROTOBUF
 MAX_LOOP_TRIPS = 1_000_000
 # Integer tensors longer than this are not propagated as shape data (a shape has a few entries).
 MAX_PROPAGATED = 1 << 16
+# Shape inference of a shipped model takes under 0.1 s; a propagation that fills the memory cap
+# (8 GiB: about 6e7 elements) about 10 s.
+INFERENCE_TIME_S = 60.0
 # op type -> the inputs that set the size of its output
 SIZE_INPUTS = {"ConstantOfShape": (0,), "Expand": (1,), "Tile": (1,), "Range": (0, 1, 2),
                "Resize": (1, 2, 3), "Upsample": (1,), "Pad": (1,), "OneHot": (1,), "MaxUnpool": (2,),
@@ -44,30 +58,71 @@ _INTEGER = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.
             TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
 
 
-def infer_shapes_safely(model: ModelProto, *, strict: bool) -> ModelProto:
-    """``model`` with inferred shapes, with data propagation where that is safe (module docstring).
-    Raises what ONNX shape inference raises."""
-    plain = shape_inference.infer_shapes(model, strict_mode=strict)
-    if _has_long_integer_tensor(plain.graph):
-        return plain
-    return shape_inference.infer_shapes(model, strict_mode=strict, data_prop=True)
+def infer_shapes_safely(model: ModelProto, source: str, *, strict: bool, inputs_as_run: bool = False) -> ModelProto:
+    """``model`` with inferred shapes, for reading shapes only: its weights over
+    :data:`MAX_PROPAGATED` elements have no values (module docstring); with ``inputs_as_run``,
+    its inputs' unknown dimensions are 1 (:func:`_set_unknown_input_dims`). A model whose inference
+    fails or exceeds the memory cap or :data:`INFERENCE_TIME_S` is an InputError naming
+    ``source``."""
+    cap = memory_cap_bytes()
+    began = time.monotonic()
+    answer = run_within(lambda: _infer(model, strict, inputs_as_run), INFERENCE_TIME_S, grace=0.0,
+                        memory_bytes=cap)
+    if answer is None:
+        check_stop()    # None at once when the process is being stopped
+        if time.monotonic() - began < INFERENCE_TIME_S:   # the child died: an allocation past the cap
+            answer = (False, None)
+        else:
+            raise InputError(source, "model", f"shape inference takes more than {INFERENCE_TIME_S:g} s; refused")
+    done, value = answer
+    if done:
+        return ModelProto.FromString(value)
+    if value is None:
+        raise InputError(source, "model", f"shape inference needs more than {cap >> 20} MB of memory "
+                         "(the memory cap; raise it with PIPEPLAN_MAX_MEMORY_MB); refused")
+    raise InputError(source, "model", f"shape inference failed ({value})")
+
+
+def _infer(model: ModelProto, strict: bool, inputs_as_run: bool) -> tuple[bool, bytes | str | None]:
+    """In :func:`infer_shapes_safely`'s child: (True, the inferred model's bytes), or (False,
+    why it failed), (False, None) when it ran out of memory. Changes ``model`` (the child's copy)."""
+    try:
+        _drop_weight_values(model.graph)
+        if inputs_as_run:
+            _set_unknown_input_dims(model.graph)
+        inferred = shape_inference.infer_shapes(model, strict_mode=strict)
+        if not _has_long_integer_tensor(inferred.graph):
+            inferred = shape_inference.infer_shapes(model, strict_mode=strict, data_prop=True)
+        return True, inferred.SerializeToString()
+    except MemoryError:
+        return False, None
+    except Exception as exc:  # InferenceError, ValidationError, ...
+        return False, brief_error(exc)
+
+
+def _drop_weight_values(graph: GraphProto) -> None:
+    """Empty the initializers that only weigh: not integer (never shape data), over
+    :data:`MAX_PROPAGATED` elements (no float input inference reads, such as Resize's scales,
+    is that long). Their names, types and dimensions stay."""
+    for t in graph.initializer:
+        if t.data_type not in _INTEGER and math.prod(t.dims) > MAX_PROPAGATED:
+            t.CopyFrom(TensorProto(name=t.name, data_type=t.data_type, dims=t.dims))
 
 
 def check_model_bounds(model: ModelProto, source: str) -> None:
     """Refuse ``model`` (``source`` names it) when it breaks a bound of the module docstring."""
-    fixed = ModelProto()
-    fixed.CopyFrom(model)
-    initializers = {t.name for t in fixed.graph.initializer}
-    for value in fixed.graph.input:
+    inferred = infer_shapes_safely(model, source, strict=False, inputs_as_run=True)
+    _check_graph(inferred.graph, source, "graph", outer_static=set())
+
+
+def _set_unknown_input_dims(graph: GraphProto) -> None:
+    """Give the graph inputs' symbolic and unknown dimensions 1, as profile and run feed them."""
+    initializers = {t.name for t in graph.initializer}
+    for value in graph.input:
         if value.name not in initializers and value.type.tensor_type.HasField("shape"):
             for d in value.type.tensor_type.shape.dim:
                 if not d.HasField("dim_value"):
                     d.dim_value = 1
-    try:
-        inferred = infer_shapes_safely(fixed, strict=False)
-    except Exception as exc:  # InferenceError, ValidationError, ...
-        raise InputError(source, "model", f"shape inference failed ({brief_error(exc)})") from None
-    _check_graph(inferred.graph, source, "graph", outer_static=set())
 
 
 def _check_graph(graph: GraphProto, source: str, where: str, outer_static: set[str]) -> None:

@@ -226,10 +226,7 @@ def _infer_shapes(model: ModelProto, order: list[int], source: str) -> ModelProt
         del reordered.graph.node[:]
         reordered.graph.node.extend(model.graph.node[i] for i in order)
         model = reordered
-    try:
-        return infer_shapes_safely(model, strict=True)
-    except Exception as exc:  # InferenceError, ValidationError, ...
-        raise InputError(source, "model", f"shape inference failed ({brief_error(exc)})") from None
+    return infer_shapes_safely(model, source, strict=True)
 
 
 # ---------------------------------------------------------------------------------- sizes

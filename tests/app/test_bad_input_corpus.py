@@ -44,7 +44,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
     instance = _profile_wrapper(file, tmp_path) if case.get("wrap_profile") else None
     args = [a.format(file=file, out=out, good=CORPUS / "good", instance=instance) for a in case["args"]]
     before = sorted(CORPUS.rglob("*"))
-    proc = run_cli(*args, cwd=tmp_path)
+    proc = run_cli(*args, cwd=tmp_path, env=case.get("env"))
     assert_input_error(proc, case["names"], case["field"])
     assert proc.stdout == "", proc.stdout
     assert not out.exists() or not any(out.rglob("*")), sorted(out.rglob("*"))

@@ -92,21 +92,54 @@ def test_every_shipped_model_is_within_the_bounds(name):
     check_model_bounds(onnx.load(str(light_model_path(name))), name)
 
 
-def test_long_integer_tensors_are_inferred_without_data_propagation(monkeypatch):
-    """ONNX propagates an integer tensor as shape data element by element (1.4 GB for 1e7)."""
-    calls = []
+def test_long_integer_tensors_are_inferred_without_data_propagation(monkeypatch, tmp_path):
+    """ONNX propagates an integer tensor as shape data element by element (1.4 GB for 1e7).
+    Inference runs in a child process, which records its calls in a file."""
+    log = tmp_path / "calls"
     real = onnx_bounds.shape_inference.infer_shapes
-    monkeypatch.setattr(onnx_bounds.shape_inference, "infer_shapes",
-                        lambda m, **kw: calls.append(kw.get("data_prop", False)) or real(m, **kw))
+
+    def logged(m, **kw):
+        with log.open("a") as f:
+            f.write(f"{kw.get('data_prop', False)}\n")
+        return real(m, **kw)
+    monkeypatch.setattr(onnx_bounds.shape_inference, "infer_shapes", logged)
 
     def cast_of(n: int) -> onnx.ModelProto:
         return model([h.make_node("ConstantOfShape", ["s"], ["c"], value=h.make_tensor("v", T.INT64, [1], [1])),
                       h.make_node("Cast", ["c"], ["Y"], to=T.FLOAT)], [h.make_tensor("s", T.INT64, [1], [n])])
-    onnx_bounds.infer_shapes_safely(cast_of(MAX_PROPAGATED + 1), strict=False)
-    assert calls == [False]
-    calls.clear()
-    onnx_bounds.infer_shapes_safely(cast_of(MAX_PROPAGATED), strict=False)
-    assert calls == [False, True]
+    onnx_bounds.infer_shapes_safely(cast_of(MAX_PROPAGATED + 1), "m.onnx", strict=False)
+    assert log.read_text().split() == ["False"]
+    log.unlink()
+    onnx_bounds.infer_shapes_safely(cast_of(MAX_PROPAGATED), "m.onnx", strict=False)
+    assert log.read_text().split() == ["False", "True"]
+
+
+def propagated_constant(n: int) -> onnx.ModelProto:
+    """Shape -> Mul by n -> int64 ConstantOfShape -> Cast: the n-element tensor exists only in
+    data propagation, which ONNX does element by element (1.6e7 had taken 2.2 GB)."""
+    return model([h.make_node("Shape", ["X"], ["s"], start=0, end=1), h.make_node("Mul", ["s", "k"], ["n"]),
+                  h.make_node("ConstantOfShape", ["n"], ["c"], value=h.make_tensor("v", T.INT64, [1], [1])),
+                  h.make_node("Cast", ["c"], ["d"], to=T.INT64), h.make_node("ReduceSum", ["d"], ["r"], keepdims=0),
+                  h.make_node("Cast", ["r"], ["r2"], to=T.FLOAT), h.make_node("Add", ["X", "r2"], ["Y"])],
+                 [h.make_tensor("k", T.INT64, [1], [n])])
+
+
+def test_shape_inference_beyond_the_memory_cap_is_refused(tmp_path):
+    """1e8 propagated elements would take about 14 GB; the inference child may grow by 64 MiB."""
+    onnx.save(propagated_constant(100_000_000), str(tmp_path / "m.onnx"))
+    proc = run_cli("profile", tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "p.json",
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "64"})
+    assert_input_error(proc, "m.onnx", "model", "shape inference needs more than 64 MB")
+    assert not (tmp_path / "p.json").exists()
+    check_model_bounds(propagated_constant(1000), "m.onnx")     # a short propagation passes
+
+
+def test_shape_inference_beyond_its_time_limit_is_refused(monkeypatch):
+    """2e6 propagated elements take about 0.3 s (and 280 MB); the child is stopped at 0.05 s."""
+    monkeypatch.setattr(onnx_bounds, "INFERENCE_TIME_S", 0.05)
+    with pytest.raises(InputError) as e:
+        check_model_bounds(propagated_constant(2_000_000), "m.onnx")
+    assert e.value.source == "m.onnx" and "shape inference takes more than 0.05 s" in e.value.message
 
 
 @pytest.mark.parametrize("make, field", [(huge_constant, "graph.tensor[c]"),

@@ -49,10 +49,13 @@ _ORT_TYPES = {"tensor(float)": 1, "tensor(uint8)": 2, "tensor(int8)": 3, "tensor
 
 def profile_host(model_path: str | Path, *, pus: tuple[str, ...] = ("C0", "C1"), runs: int = 10,
                  warmup: int = 3, threads: int = 1,
-                 progress: Callable[[int, int], None] | None = None) -> Profile:
+                 progress: Callable[[int, int], None] | None = None,
+                 time_limit_s: float | None = None) -> Profile:
     """Per-unit median times (ms) over ``runs`` timed runs after ``warmup`` untimed ones.
 
-    ``progress(done, total)`` is called after every run, warm-up included.
+    ``progress(done, total)`` is called after every run, warm-up included. ONNX Runtime is
+    stopped ``time_limit_s`` after the first session starts (None: no limit), which is then
+    ``--time-limit``'s error.
     """
     source = str(model_path)
     if runs < 1 or warmup < 0 or threads < 1 or not pus or len(set(pus)) != len(pus):
@@ -63,7 +66,7 @@ def profile_host(model_path: str | Path, *, pus: tuple[str, ...] = ("C0", "C1"),
     check_model_bounds(model, source)
     check_memory("--runs", runs + warmup, TRACE_BYTES_PER_NODE_RUN * g.number_of_nodes())
     trace = _run_profiled(_renamed(model), source, runs=runs, warmup=warmup, threads=threads,
-                          progress=progress)
+                          progress=progress, guard=RunGuard(time_limit_s))
     times = tuple(statistics.median(trace[u][-runs:]) if u in trace else 0.0 for u in g.nodes)
     return Profile(
         name=f"host/{Path(source).stem}",
@@ -89,7 +92,7 @@ def _renamed(model: ModelProto) -> bytes:
 
 
 def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, threads: int,
-                  progress: Callable[[int, int], None] | None) -> dict[str, list[float]]:
+                  progress: Callable[[int, int], None] | None, guard: RunGuard) -> dict[str, list[float]]:
     """Node name -> kernel times (ms) in run order, from ORT's JSON trace."""
     with tempfile.TemporaryDirectory(prefix="pipeplan-ort-") as tmp:
         opts = ort.SessionOptions()
@@ -105,12 +108,13 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
         try:
             session = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
             feeds = _random_inputs(session)
-            guard = RunGuard()
             for done in range(1, warmup + runs + 1):
                 guard.run_stoppable(session, None, feeds)
                 if progress:
                     progress(done, warmup + runs)
         except Exception as exc:  # ORT raises its own exception types for bad models
+            if guard.timed_out:
+                raise guard.time_limit_error(source) from None
             raise InputError(source, "model", f"ONNX Runtime cannot run it ({exc})") from None
         finally:  # end profiling while the folder exists, also when a run failed
             trace_file = session.end_profiling() if session is not None else None

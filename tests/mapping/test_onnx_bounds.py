@@ -179,6 +179,15 @@ def test_run_stops_a_model_that_never_ends_at_its_time_limit(tmp_path):
     assert_input_error(proc, "--time-limit", "after 2 s")
 
 
+def test_profile_stops_a_model_that_never_ends_at_its_time_limit(tmp_path):
+    """profile had no time limit: such a model ran until Ctrl-C or SIGTERM."""
+    onnx.save(loop(None), str(tmp_path / "m.onnx"))
+    proc = run_cli("profile", tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "p.json",
+                   "--time-limit", 1)
+    assert_input_error(proc, "--time-limit", "still running", "m.onnx", "after 1 s")
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_run_refuses_a_sub_model_beyond_the_bounds(tmp_path):
     folder = export_with_stage(tmp_path, loop(2**62))
     assert_input_error(run_cli("run", folder, "--frames", 2), "stage0.onnx", "graph.node[loop]")

@@ -413,19 +413,22 @@ def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of 
                 out: Optional[Path] = typer.Option(None, "--out", help="profile JSON to write"),
                 runs: int = typer.Option(10, "--runs", min=1, help="timed runs (each node's median is kept)"),
                 warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs before them"),
-                pus: str = typer.Option("C0,C1", "--pus", help="names of the identical host PUs")):
+                pus: str = typer.Option("C0,C1", "--pus", help="names of the identical host PUs"),
+                time_limit: float = typer.Option(3600.0, "--time-limit",
+                                                 help="seconds the profiling runs may take; ONNX Runtime is stopped there")):
     """Measure the host with ONNX Runtime per-node profiling (median per node)."""
     from pipeplan.core.io import check_output, read_input, write_json
     from pipeplan.formulations.mapping.onnx_graph import model_path
     from pipeplan.profiles.ort_profiler import profile_host
 
+    check_limits(time_limit)
     names = tuple(name_list("--pus", pus))
     path = model_path(model)
     if out:   # refuse a bad output before minutes of profiling, and before any progress line
         read_input(path, what="ONNX model")
         check_output(out)
     with _progress(f"profiling {path.name}") as progress:
-        prof = profile_host(path, pus=names, runs=runs, warmup=warmup, progress=progress)
+        prof = profile_host(path, pus=names, runs=runs, warmup=warmup, progress=progress, time_limit_s=time_limit)
     doc = prof.to_dict()
     if out:
         write_json(out, doc)

@@ -22,7 +22,8 @@ steps never ended. :func:`check_model_bounds` refuses such a model from its shap
 propagates an integer tensor element by element as shape data (about 140 bytes and 150 ns each:
 Shape -> Mul by 1.6e7 -> ConstantOfShape -> Cast took 2.2 GB and 2.5 s; 3e9 would take 400 GB).
 So the inference runs in a forked child (:func:`~pipeplan.core.deadline.run_within`) whose
-memory may grow by at most the memory cap (:mod:`pipeplan.core.sizes`) and which is stopped
+memory may grow by at most the memory cap (:mod:`pipeplan.core.sizes`; at least
+:data:`INFERENCE_MIN_BYTES`) and which is stopped
 after :data:`INFERENCE_TIME_S`; past either the model is refused. Within them, data propagation
 is still skipped for a model that holds an integer tensor over :data:`MAX_PROPAGATED` elements
 (a quantized weight, say), which it would propagate at that cost for no shape a plan needs. The
@@ -50,6 +51,10 @@ MAX_PROPAGATED = 1 << 16
 # Shape inference of a shipped model takes under 0.1 s; a propagation that fills the memory cap
 # (8 GiB: about 6e7 elements) about 10 s.
 INFERENCE_TIME_S = 60.0
+# The least memory the inference may use whatever the memory cap: the cap bounds what a run holds
+# (frames, weights), and a cap set low for that (a test's 1.2 MB) must not refuse every model.
+# The shipped models' inference grows the child by 4-12 MB (densenet121 the most).
+INFERENCE_MIN_BYTES = 64 << 20
 # op type -> the inputs that set the size of its output
 SIZE_INPUTS = {"ConstantOfShape": (0,), "Expand": (1,), "Tile": (1,), "Range": (0, 1, 2),
                "Resize": (1, 2, 3), "Upsample": (1,), "Pad": (1,), "OneHot": (1,), "MaxUnpool": (2,),
@@ -64,7 +69,7 @@ def infer_shapes_safely(model: ModelProto, source: str, *, strict: bool, inputs_
     its inputs' unknown dimensions are 1 (:func:`_set_unknown_input_dims`). A model whose inference
     fails or exceeds the memory cap or :data:`INFERENCE_TIME_S` is an InputError naming
     ``source``."""
-    cap = memory_cap_bytes()
+    cap = max(memory_cap_bytes(), INFERENCE_MIN_BYTES)
     began = time.monotonic()
     answer = run_within(lambda: _infer(model, strict, inputs_as_run), INFERENCE_TIME_S, grace=0.0,
                         memory_bytes=cap)

@@ -93,6 +93,7 @@ VALUES: dict[str | tuple[str, str], Values] = {
     "pop_size": Values("int", 1, 100_000),
     "generations": Values("int", 1, MAX_WHOLE),
     "max_evaluations": Values("int", 1, MAX_WHOLE),
+    "start_evaluations": Values("int", 0, MAX_WHOLE),               # 0: no NSGA-II warm start
     "objectives": Values("axes", words=MAPPING_AXES),
     "bounds": Values("table", words=tuple(MAPPING_KEYS.values())),
     "tie_break": Values("str", words=("default", *MAPPING_AXES)),   # another axis than the objective

@@ -16,7 +16,7 @@ configurations, and on the larger operator graphs the cheap heuristics' plans ar
 optimum (a311d/inception_v1, 1.5 deterministic s: HEFT and the pipeline DP start at 20.4 ms,
 the optimum is 13.14 ms). There the heuristics' best plan is improved first by NSGA-II seeded
 with it, for at most ``start_evaluations`` plans (1,500 by default, about 1.5-7 s on the catalogue's
-graphs of 66-509 units) within the warm start's half of the time limit; its best plan that meets
+graphs of 15-509 units) within the warm start's half of the time limit; its best plan that meets
 the epsilon bounds becomes the incumbent when it is better. Measured with the quick suite's
 limits (1.5 deterministic s, one thread): a311d/inception_v1 20.43 -> 15.43 ms (certified gap
 41 -> 22%), bst/inception_v1 6.21 -> 5.45 ms (28 -> 16%); bst/inception_v2 unchanged; the

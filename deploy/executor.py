@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
 from pipeplan.core.sizes import check_memory
 from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
@@ -52,15 +53,12 @@ HOST_PLATFORM = "host"  # profiles/platforms/host.json: its PUs C0, C1... are th
 OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
 QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory
 RTOL, ATOL = 1e-4, 1e-5
-# seconds: far above a real run (200 frames of vgg19 and their reference check take minutes on
-# a laptop), yet a bound on a model that never ends
-DEFAULT_TIME_LIMIT_S = 3600.0
 
 
 def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
                progress: Callable[[int, int], None] | None = None,
                together: threading.Barrier | None = None, manifest: Manifest | None = None,
-               time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> dict[str, Any]:
+               time_limit_s: float = MODEL_RUN_LIMIT_S) -> dict[str, Any]:
     """Run ``frames`` frames through the export in ``folder``; returns the report.
 
     ``together``: a barrier shared by runs of several exports at once (a joint export,

@@ -34,6 +34,7 @@ import onnx
 from onnx import ModelProto, helper, shape_inference
 from onnx.utils import Extractor
 
+from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, load_json
 from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
@@ -79,10 +80,11 @@ def _named_instance(name: str | None, plan_file: Path) -> str | None:
 
 def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, *,
                 instance: str | None = None, platform_file: str | Path | None = None,
-                seed: int = 0) -> dict[str, Any]:
+                seed: int = 0, time_limit_s: float = MODEL_RUN_LIMIT_S) -> dict[str, Any]:
     """Export ``plan_file`` (a plan or SolveResult) applied to ``model_file`` into ``out``;
     returns the manifest. ``instance`` is used when the plan names none; ``platform_file``
-    defaults to the instance's platform (``<platform>/<model>``) or profiles/platforms/host.json."""
+    defaults to the instance's platform (``<platform>/<model>``) or profiles/platforms/host.json.
+    ``time_limit_s`` bounds the batch-norm calibration's run of a weightless model."""
     plan_file, model_file, out = Path(plan_file), Path(model_file), Path(out)
     _check_target(out)
     plan = plan_from_dict(load_json(plan_file), str(plan_file))
@@ -102,7 +104,7 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     pus = {pu: pu_runtime(platform, pu, str(platform_path)) for stage in plan.stages for pu in stage.pus}
     stages = branch_groups(nodes_plan, g)
 
-    full, n_weights = with_random_weights(model, seed, str(model_file))
+    full, n_weights = with_random_weights(model, seed, str(model_file), time_limit_s)
     inferred = shape_inference.infer_shapes(full)
     specs = _tensor_specs(inferred, stages, str(model_file))
     doc = {

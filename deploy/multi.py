@@ -43,16 +43,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, inside_folder, load_json
 from pipeplan.core.sizes import check_memory
-from pipeplan.deploy.executor import (
-    DEFAULT_TIME_LIMIT_S,
-    OVERSUBSCRIPTION,
-    check_frames,
-    kept_bytes_per_frame,
-    run_export,
-)
+from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, kept_bytes_per_frame, run_export
 from pipeplan.deploy.export import _check_target as check_single_target
 from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest, sha256_of
@@ -264,7 +259,7 @@ def load_joint(folder: str | Path) -> JointExport:
 
 def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
               progress: Callable[[int, int], None] | None = None,
-              time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> dict[str, Any]:
+              time_limit_s: float = MODEL_RUN_LIMIT_S) -> dict[str, Any]:
     """Stream ``frames`` frames through every network of the joint export in ``folder`` at
     once; returns the report (per network: measured, predicted, their ratios, the whole
     single-network run report).

@@ -44,9 +44,11 @@ BIAS_STD = 0.05
 DRAW_BYTES = 8            # a weight is drawn as a float64, then cast
 
 
-def with_random_weights(model: ModelProto, seed: int, source: str = "<model>") -> tuple[ModelProto, int]:
+def with_random_weights(model: ModelProto, seed: int, source: str = "<model>",
+                        time_limit_s: float | None = None) -> tuple[ModelProto, int]:
     """A copy of ``model`` with every constant-fed ``ConstantOfShape`` replaced by random
-    weights; returns (model, number of weights generated). ``source`` names the model in errors."""
+    weights; returns (model, number of weights generated). ``source`` names the model in errors;
+    ``time_limit_s`` bounds the batch-norm calibration's ONNX Runtime run (None: no limit)."""
     out = ModelProto()
     out.CopyFrom(model)
     graph = out.graph
@@ -79,7 +81,7 @@ def with_random_weights(model: ModelProto, seed: int, source: str = "<model>") -
     del graph.input[:]
     graph.input.extend(real_inputs)
     out.ir_version = max(out.ir_version, 4)
-    _calibrate_batch_norms(out, {t.name for t in generated}, rng, source)
+    _calibrate_batch_norms(out, {t.name for t in generated}, rng, source, RunGuard(time_limit_s))
     return out, len(generated)
 
 
@@ -103,7 +105,8 @@ def _check_stand_in_sizes(graph, constants: dict, source: str) -> None:
                                  f"limit is {memory_cap_bytes()} bytes (PIPEPLAN_MAX_MEMORY_MB)")
 
 
-def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.random.Generator, source: str) -> None:
+def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.random.Generator, source: str,
+                           guard: RunGuard) -> None:
     """Set the generated mean and variance of every 4-D batch-norm to the statistics of its
     input on one random frame, so it normalises as a trained one does.
 
@@ -113,7 +116,8 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
     exactly a batch-norm that uses the frame's own statistics, so one run of a copy in which
     those batch-norms are InstanceNormalization gives every batch-norm's input as it will be
     once all of them are calibrated. Edits ``model`` in place. The probe runs the model, so
-    ONNX Runtime failing on it is the model's fault: a one-line error naming ``source``.
+    ONNX Runtime failing on it is the model's fault: a one-line error naming ``source``; ``guard``
+    stops it at its time limit (``export --time-limit``).
     """
     ranks = _ranks(model)
     targets = [n for n in model.graph.node
@@ -142,8 +146,10 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
         for arg in session.get_inputs():
             shape = [d if isinstance(d, int) and d > 0 else 1 for d in arg.shape]
             feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
-        seen = RunGuard().run_stoppable(session, [bn.input[0] for bn in targets], feeds)
+        seen = guard.run_stoppable(session, [bn.input[0] for bn in targets], feeds)
     except Exception as exc:  # ORT raises its own exception types for a model it cannot run
+        if guard.timed_out:
+            raise guard.time_limit_error(source) from None
         raise InputError(source, "model", f"ONNX Runtime cannot run it to calibrate its batch norms "
                          f"({brief_error(exc)})") from None
     inits = {t.name: t for t in model.graph.initializer}

@@ -38,9 +38,10 @@ def platform_file(platform: str | Path) -> Path:
 
 
 def model_instance(model: str | Path, *, name: str, profile: Path | None = None, platform: str | Path | None = None,
-                   runs: int = 10, warmup: int = 3,
-                   progress: Callable[[int, int], None] | None = None) -> MappingProblem:
-    """The mapping instance of ``model`` (see the module docstring for the three profiles)."""
+                   runs: int = 10, warmup: int = 3, progress: Callable[[int, int], None] | None = None,
+                   time_limit_s: float | None = None) -> MappingProblem:
+    """The mapping instance of ``model`` (see the module docstring for the three profiles);
+    ``time_limit_s`` bounds the profiling runs on this host."""
     if profile is not None and platform is not None:
         raise InputError("--platform", "", "give a profile file or a platform, not both")
     path = model_path(model)
@@ -53,6 +54,6 @@ def model_instance(model: str | Path, *, name: str, profile: Path | None = None,
         prof = roofline_profile(g, load_platform(plat_file), name=name)
         source = f"{path} + roofline estimate of {plat_file}"
     else:
-        prof = profile_host(path, pus=HOST_PUS, runs=runs, warmup=warmup, progress=progress)
+        prof = profile_host(path, pus=HOST_PUS, runs=runs, warmup=warmup, progress=progress, time_limit_s=time_limit_s)
         source = f"{path} + ONNX Runtime profile of this host ({runs} runs)"
     return problem_from_graph(g, prof, name, source)

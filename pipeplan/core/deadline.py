@@ -46,6 +46,10 @@ class Deadline:
 
 
 GRACE_S = 1.0   # how long past its own time limit a guarded call may run before it is stopped
+# The default --time-limit of the commands that run a user's ONNX model on ONNX Runtime (profile,
+# instance, export's batch-norm calibration, run): far above a real run (200 frames of vgg19 and
+# their reference check take minutes on a laptop), yet a bound on a model that never ends.
+MODEL_RUN_LIMIT_S = 3600.0
 
 
 _WAITED_ON: set = set()    # the children run_within is waiting on now, from any thread

@@ -208,3 +208,35 @@ def test_a_failing_batch_norm_calibration_is_one_input_error():
     with pytest.raises(InputError) as e:
         with_random_weights(m, 0, "bn.onnx")
     assert e.value.source == "bn.onnx" and e.value.field == "model" and "calibrate" in e.value.message
+
+
+def test_instance_stops_a_model_that_never_ends_at_its_time_limit(tmp_path):
+    """`instance MODEL` profiles the host as `profile` does, and had no time limit either."""
+    onnx.save(loop(None), str(tmp_path / "m.onnx"))
+    proc = run_cli("instance", tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "i.json",
+                   "--time-limit", 1)
+    assert_input_error(proc, "--time-limit", "still running", "m.onnx", "after 1 s")
+    assert not (tmp_path / "i.json").exists()
+
+
+def test_the_batch_norm_calibration_stops_at_its_time_limit():
+    """export's calibration probe runs the model up to its batch norms: one whose input comes out
+    of a Loop that never ends had run until a signal; it is now export's --time-limit error."""
+    x = h.make_tensor_value_info("X", T.FLOAT, [1, 4, 1, 1])
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]), h.make_node("Identity", ["v_in"], ["v_out"])],
+                        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
+                                 h.make_tensor_value_info("v_in", T.FLOAT, [1, 4, 1, 1])],
+                        [h.make_tensor_value_info("c_out", T.BOOL, []),
+                         h.make_tensor_value_info("v_out", T.FLOAT, [1, 4, 1, 1])])
+    stand_ins = [h.make_node("ConstantOfShape", [f"s_{p}"], [p], name=f"w_{p}") for p in ("g", "b", "mu", "var")]
+    nodes = [h.make_node("Loop", ["", "c", "X"], ["looped"], body=body, name="loop"),
+             h.make_node("Reshape", ["looped", "shape"], ["r"], name="rank4")] + stand_ins + [   # a known rank
+        h.make_node("BatchNormalization", ["r", "g", "b", "mu", "var"], ["Y"], name="bn")]
+    inits = [h.make_tensor(f"s_{p}", T.INT64, [1], [4]) for p in ("g", "b", "mu", "var")]
+    inits += [h.make_tensor("c", T.BOOL, [], [True]), h.make_tensor("shape", T.INT64, [4], [1, 4, 1, 1])]
+    graph = h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("Y", T.FLOAT, [1, 4, 1, 1])], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    with pytest.raises(InputError) as e:
+        with_random_weights(m, 0, "bn.onnx", time_limit_s=1)
+    assert e.value.source == "--time-limit" and "bn.onnx" in e.value.message and "after 1 s" in e.value.message

@@ -23,7 +23,7 @@ from pipeplan.app.cli.instance import instance_cmd
 from pipeplan.app.cli.multi import multi_app
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
-from pipeplan.core.deadline import stop
+from pipeplan.core.deadline import MODEL_RUN_LIMIT_S, stop
 from pipeplan.core.errors import InputError, SolverFailure, Terminated
 from pipeplan.core.io import check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
@@ -414,7 +414,7 @@ def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of 
                 runs: int = typer.Option(10, "--runs", min=1, help="timed runs (each node's median is kept)"),
                 warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs before them"),
                 pus: str = typer.Option("C0,C1", "--pus", help="names of the identical host PUs"),
-                time_limit: float = typer.Option(3600.0, "--time-limit",
+                time_limit: float = typer.Option(MODEL_RUN_LIMIT_S, "--time-limit",
                                                  help="seconds the profiling runs may take; ONNX Runtime is stopped there")):
     """Measure the host with ONNX Runtime per-node profiling (median per node)."""
     from pipeplan.core.io import check_output, read_input, write_json
@@ -547,11 +547,15 @@ def export_cmd(plan: Path = typer.Argument(..., help="a plan or SolveResult JSON
                instance: Optional[str] = typer.Option(None, "--instance", help="instance (default: the plan's; an instance file the plan names must lie in the plan's folder)"),
                platform: Optional[Path] = typer.Option(None, "--platform",
                                                        help="platform file (default: the instance's, else host.json)"),
-               seed: int = typer.Option(0, "--seed", help="seed of the random weights of weightless models")):
+               seed: int = typer.Option(0, "--seed", help="seed of the random weights of weightless models"),
+               time_limit: float = typer.Option(MODEL_RUN_LIMIT_S, "--time-limit",
+                                                help="seconds the batch-norm calibration of a weightless model "
+                                                     "may run ONNX Runtime; it is stopped there")):
     """Cut a model along a plan: one ONNX sub-model per stage and branch group, plus manifest.json."""
     from pipeplan.deploy.export import export_plan
-    check_limits(None, seed=seed)      # else numpy's refusal of the seed is a traceback after the work
-    doc = export_plan(plan, _model_file(model), out, instance=instance, platform_file=platform, seed=seed)
+    check_limits(time_limit, seed=seed)      # else numpy's refusal of the seed is a traceback after the work
+    doc = export_plan(plan, _model_file(model), out, instance=instance, platform_file=platform, seed=seed,
+                      time_limit_s=time_limit)
     groups = sum(len(s["groups"]) for s in doc["stages"])
     p = doc["predicted"]
     typer.echo(f"{len(doc['stages'])} stages, {groups} sub-models; predicted period {p['period_ms']:.2f} ms, "
@@ -562,7 +566,7 @@ def export_cmd(plan: Path = typer.Argument(..., help="a plan or SolveResult JSON
 def run_cmd(folder: Path = typer.Argument(..., help="an export folder (pipeplan export, or pipeplan multi export)"),
             frames: int = typer.Option(200, "--frames", help="frames to stream through (at least 2)"),
             seed: int = typer.Option(0, "--seed", help="seed of the random input frames"),
-            time_limit: float = typer.Option(3600.0, "--time-limit",
+            time_limit: float = typer.Option(MODEL_RUN_LIMIT_S, "--time-limit",
                                              help="seconds the run may take (each network's, for a joint export); "
                                                   "ONNX Runtime is stopped there"),
             as_json: bool = typer.Option(False, "--json", help="print the whole report as JSON")):

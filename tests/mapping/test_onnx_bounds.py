@@ -37,16 +37,22 @@ def huge_constant(n: int = 3_000_000_000) -> onnx.ModelProto:
                  [h.make_tensor("s", T.INT64, [1], [n])])
 
 
-def loop(trips: int | None) -> onnx.ModelProto:
-    """X -> Loop -> Y; with trips None the Loop has no trip count and a condition that stays true."""
+def loop_node(trips: int | None, value: str, out: str, shape: list[int]) -> tuple[onnx.NodeProto, list]:
+    """A Loop carrying ``value`` (of ``shape``) to ``out`` unchanged, and its initializers; with trips
+    None it has no trip count and a condition that stays true."""
     body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]), h.make_node("Identity", ["v_in"], ["v_out"])],
                         "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
-                                 h.make_tensor_value_info("v_in", T.FLOAT, [1, 4])],
-                        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("v_out", T.FLOAT, [1, 4])])
+                                 h.make_tensor_value_info("v_in", T.FLOAT, shape)],
+                        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("v_out", T.FLOAT, shape)])
     inits = [h.make_tensor("c", T.BOOL, [], [True])]
     if trips is not None:
         inits.append(h.make_tensor("M", T.INT64, [], [trips]))
-    node = h.make_node("Loop", ["M" if trips is not None else "", "c", "X"], ["Y"], body=body, name="loop")
+    return h.make_node("Loop", ["M" if trips is not None else "", "c", value], [out], body=body, name="loop"), inits
+
+
+def loop(trips: int | None) -> onnx.ModelProto:
+    """X -> Loop -> Y (:func:`loop_node`)."""
+    node, inits = loop_node(trips, "X", "Y", [1, 4])
     return model([node], inits, [h.make_tensor_value_info("Y", T.FLOAT, [1, 4])])
 
 
@@ -179,13 +185,15 @@ def test_run_stops_a_model_that_never_ends_at_its_time_limit(tmp_path):
     assert_input_error(proc, "--time-limit", "after 2 s")
 
 
-def test_profile_stops_a_model_that_never_ends_at_its_time_limit(tmp_path):
-    """profile had no time limit: such a model ran until Ctrl-C or SIGTERM."""
+@pytest.mark.parametrize("command", ["profile", "instance"])
+def test_profiling_stops_a_model_that_never_ends_at_its_time_limit(tmp_path, command):
+    """profile, and instance MODEL (which profiles the host the same way), had no time limit:
+    such a model ran until Ctrl-C or SIGTERM."""
     onnx.save(loop(None), str(tmp_path / "m.onnx"))
-    proc = run_cli("profile", tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "p.json",
+    proc = run_cli(command, tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "out.json",
                    "--time-limit", 1)
     assert_input_error(proc, "--time-limit", "still running", "m.onnx", "after 1 s")
-    assert not (tmp_path / "p.json").exists()
+    assert not (tmp_path / "out.json").exists()
 
 
 def test_run_refuses_a_sub_model_beyond_the_bounds(tmp_path):
@@ -210,30 +218,16 @@ def test_a_failing_batch_norm_calibration_is_one_input_error():
     assert e.value.source == "bn.onnx" and e.value.field == "model" and "calibrate" in e.value.message
 
 
-def test_instance_stops_a_model_that_never_ends_at_its_time_limit(tmp_path):
-    """`instance MODEL` profiles the host as `profile` does, and had no time limit either."""
-    onnx.save(loop(None), str(tmp_path / "m.onnx"))
-    proc = run_cli("instance", tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "i.json",
-                   "--time-limit", 1)
-    assert_input_error(proc, "--time-limit", "still running", "m.onnx", "after 1 s")
-    assert not (tmp_path / "i.json").exists()
-
-
 def test_the_batch_norm_calibration_stops_at_its_time_limit():
     """export's calibration probe runs the model up to its batch norms: one whose input comes out
     of a Loop that never ends had run until a signal; it is now export's --time-limit error."""
     x = h.make_tensor_value_info("X", T.FLOAT, [1, 4, 1, 1])
-    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]), h.make_node("Identity", ["v_in"], ["v_out"])],
-                        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
-                                 h.make_tensor_value_info("v_in", T.FLOAT, [1, 4, 1, 1])],
-                        [h.make_tensor_value_info("c_out", T.BOOL, []),
-                         h.make_tensor_value_info("v_out", T.FLOAT, [1, 4, 1, 1])])
+    endless, inits = loop_node(None, "X", "looped", [1, 4, 1, 1])
     stand_ins = [h.make_node("ConstantOfShape", [f"s_{p}"], [p], name=f"w_{p}") for p in ("g", "b", "mu", "var")]
-    nodes = [h.make_node("Loop", ["", "c", "X"], ["looped"], body=body, name="loop"),
-             h.make_node("Reshape", ["looped", "shape"], ["r"], name="rank4")] + stand_ins + [   # a known rank
+    nodes = [endless, h.make_node("Reshape", ["looped", "shape"], ["r"], name="rank4")] + stand_ins + [  # a known rank
         h.make_node("BatchNormalization", ["r", "g", "b", "mu", "var"], ["Y"], name="bn")]
-    inits = [h.make_tensor(f"s_{p}", T.INT64, [1], [4]) for p in ("g", "b", "mu", "var")]
-    inits += [h.make_tensor("c", T.BOOL, [], [True]), h.make_tensor("shape", T.INT64, [4], [1, 4, 1, 1])]
+    inits += [h.make_tensor(f"s_{p}", T.INT64, [1], [4]) for p in ("g", "b", "mu", "var")]
+    inits.append(h.make_tensor("shape", T.INT64, [4], [1, 4, 1, 1]))
     graph = h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("Y", T.FLOAT, [1, 4, 1, 1])], inits)
     m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8

@@ -19,8 +19,11 @@ with it, for at most ``start_evaluations`` plans (1,500 by default, about 1.5-7 
 graphs of 15-509 units) within the warm start's half of the time limit; its best plan that meets
 the epsilon bounds becomes the incumbent when it is better. Measured with the quick suite's
 limits (1.5 deterministic s, one thread): a311d/inception_v1 20.43 -> 15.43 ms (certified gap
-41 -> 22%), bst/inception_v1 6.21 -> 5.45 ms (28 -> 16%); bst/inception_v2 unchanged; the
-graphs proven either way take 1-3 s longer (a311d/squeezenet 3.7 -> 5.2 s). With the evaluation count as its only limit the start is the same
+41 -> 22%), bst/inception_v1 6.21 -> 5.45 ms (28 -> 16%); bst/inception_v2 unchanged. Under
+``pipeplan optima`` (60 s, two threads) a311d/inception_v1 is proven in 22 s instead of 76 s,
+while the graphs proven quickly either way take 1-6 s longer (densenet121 2.8 -> 8.8 s). With
+500 plans instead of 1,500 most of the gain is lost (a311d/inception_v1, quick limits: 18.6 ms).
+Its limits are counts (plans, and generations = plans / population), so the start is the same
 on any machine load. Skipped when the heuristics' plan already meets the certified bound, and
 for chains (the chain models prove their optimum in well under a second).
 

@@ -43,7 +43,7 @@ import numpy as np
 import onnxruntime as ort
 
 from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_error
 from pipeplan.core.sizes import check_memory
 from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
 from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
@@ -90,7 +90,7 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
                     break
                 queues[0].put((f, frame_inputs(m.inputs, seed, f)))
         except Exception as exc:  # e.g. no memory for a frame: stop the run, do not hang it
-            failures.append(InputError(m.source, "inputs", f"cannot build an input frame ({_brief(exc)})"))
+            failures.append(InputError(m.source, "inputs", f"cannot build an input frame ({brief_error(exc, limit=300)})"))
         finally:
             queues[0].put(None)
 
@@ -120,8 +120,7 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     guard.wait(all_out)     # this thread stays free for signals and the deadline
     for t in threads:
         t.join()
-    if guard.timed_out:
-        raise guard.time_limit_error(str(Path(m.source).parent))
+    guard.check_time_limit(str(Path(m.source).parent))
     if failures:
         raise failures[0]
     if together is not None:
@@ -166,7 +165,7 @@ def _sessions(m: Manifest, cores: dict[str, list[int] | None]) -> dict[str, ort.
                 sess = make_session(grp.path.read_bytes(), m.pus[grp.pu], m.graph_optimization,
                                     pin=cores[grp.pu] is not None)
             except Exception as exc:  # ORT raises its own types for a model it cannot load
-                raise InputError(str(grp.path), "", f"ONNX Runtime cannot load it ({_brief(exc)})") from None
+                raise InputError(str(grp.path), "", f"ONNX Runtime cannot load it ({brief_error(exc, limit=300)})") from None
             have_in = {a.name for a in sess.get_inputs()}
             have_out = {a.name for a in sess.get_outputs()}
             if have_in != set(grp.inputs) or not set(grp.outputs) <= have_out:
@@ -205,7 +204,7 @@ class _PuRunner:
             values = self.guard.run(self.sessions[grp.id], list(grp.outputs), {t: tensors[t] for t in grp.inputs})
         except Exception as exc:  # ORT's own error types: a sub-model that does not fit its inputs
             self.failures.append(InputError(self.m.source, f"stages[{self.stage.index}].groups[{j}]",
-                                            f"ONNX Runtime failed on {grp.path.name} ({_brief(exc)})"))
+                                            f"ONNX Runtime failed on {grp.path.name} ({brief_error(exc, limit=300)})"))
             return
         self.busy_s += time.perf_counter() - start
         tensors.update(zip(grp.outputs, values))
@@ -234,7 +233,7 @@ class _StageWorker:
                     self._frame(*item, helpers, outbox)
                 except Exception as exc:  # never leave the next stage waiting for a frame
                     self.failures.append(InputError(self.source, f"stages[{self.spec.index}]",
-                                                    f"stage failed ({_brief(exc)})"))
+                                                    f"stage failed ({brief_error(exc, limit=300)})"))
         finally:
             for jobs, thread in helpers:
                 jobs.put(None)
@@ -275,16 +274,15 @@ def _compare_with_reference(m: Manifest, outputs: dict[int, list[np.ndarray]], s
                                                       "providers": [CPU_PROVIDER]},
                            m.graph_optimization, pin=False)
     except Exception as exc:
-        raise InputError(str(m.reference), "", f"ONNX Runtime cannot load it ({_brief(exc)})") from None
+        raise InputError(str(m.reference), "", f"ONNX Runtime cannot load it ({brief_error(exc, limit=300)})") from None
     names = [t.name for t in m.outputs]
     match, max_diff = True, 0.0
     for f, got in sorted(outputs.items()):
         try:
             want = guard.run_stoppable(ref, names, frame_inputs(m.inputs, seed, f))
         except Exception as exc:  # ORT's own error types, or the stop at the deadline
-            if guard.timed_out:
-                raise guard.time_limit_error(str(Path(m.source).parent)) from None
-            raise InputError(str(m.reference), "", f"ONNX Runtime failed on it ({_brief(exc)})") from None
+            guard.check_time_limit(str(Path(m.source).parent))
+            raise InputError(str(m.reference), "", f"ONNX Runtime failed on it ({brief_error(exc, limit=300)})") from None
         for a, b in zip(got, want):
             match &= bool(np.allclose(a, b, rtol=RTOL, atol=ATOL))
             max_diff = max(max_diff, float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0)
@@ -357,8 +355,3 @@ def platform_warning(report: dict[str, Any]) -> str | None:
     return (f"warning: the plan was made for {made}, not this host; "
             + ("each PU ran as a CPU thread on this host: " if on_cpu else "each PU ran on this host as: ")
             + "; ".join(parts) + f". The times measured are this host's, not {report['platform']}'s.")
-
-
-def _brief(exc: Exception) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__

@@ -29,9 +29,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import ModelProto, TensorProto, helper, numpy_helper, shape_inference
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_error
 from pipeplan.core.sizes import memory_cap_bytes
-from pipeplan.formulations.mapping.onnx_bounds import brief_error
 from pipeplan.formulations.mapping.onnx_external import MAX_PROTOBUF
 from pipeplan.formulations.mapping.onnx_graph import onnx_node_names
 from pipeplan.profiles.ort_guard import RunGuard, cap_memory
@@ -148,8 +147,7 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
             feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
         seen = guard.run_stoppable(session, [bn.input[0] for bn in targets], feeds)
     except Exception as exc:  # ORT raises its own exception types for a model it cannot run
-        if guard.timed_out:
-            raise guard.time_limit_error(source) from None
+        guard.check_time_limit(source)
         raise InputError(source, "model", f"ONNX Runtime cannot run it to calibrate its batch norms "
                          f"({brief_error(exc)})") from None
     inits = {t.name: t for t in model.graph.initializer}

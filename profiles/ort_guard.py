@@ -120,6 +120,9 @@ class RunGuard:
             for options in self._running:
                 options.terminate = True
 
-    def time_limit_error(self, source: str) -> InputError:
-        return InputError(self.option, "", f"ONNX Runtime was still running {source} after {self.time_limit_s:g} s; "
-                          f"stopped (give a larger {self.option} for a model that needs longer)")
+    def check_time_limit(self, source: str) -> None:
+        """Raise the time-limit error (naming ``source``, what was running) if the deadline
+        stopped the calls; for the callers' handlers of what a stopped call raised."""
+        if self.timed_out:
+            raise InputError(self.option, "", f"ONNX Runtime was still running {source} after {self.time_limit_s:g} s; "
+                             f"stopped (give a larger {self.option} for a model that needs longer)") from None

@@ -113,8 +113,7 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
                 if progress:
                     progress(done, warmup + runs)
         except Exception as exc:  # ORT raises its own exception types for bad models
-            if guard.timed_out:
-                raise guard.time_limit_error(source) from None
+            guard.check_time_limit(source)
             raise InputError(source, "model", f"ONNX Runtime cannot run it ({exc})") from None
         finally:  # end profiling while the folder exists, also when a run failed
             trace_file = session.end_profiling() if session is not None else None

@@ -40,7 +40,7 @@ import time
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape_inference
 
 from pipeplan.core.deadline import check_stop, run_within
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_error
 from pipeplan.core.sizes import memory_cap_bytes
 from pipeplan.formulations.mapping.onnx_external import MAX_PROTOBUF
 
@@ -215,9 +215,3 @@ def _itemsize(elem: int) -> int:
         return helper.tensor_dtype_to_np_dtype(elem).itemsize
     except (KeyError, ValueError, TypeError):
         return 1   # strings and unknown types: at least a byte each
-
-
-def brief_error(exc: Exception) -> str:
-    """The first line of an error message, for a one-line error."""
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__

@@ -32,9 +32,9 @@ import networkx as nx
 import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_error
 from pipeplan.core.io import read_input
-from pipeplan.formulations.mapping.onnx_bounds import brief_error, infer_shapes_safely
+from pipeplan.formulations.mapping.onnx_bounds import infer_shapes_safely
 
 LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
                 "shufflenet", "squeezenet", "vgg19", "zfnet512")

@@ -44,6 +44,13 @@ def crash_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}".replace("\n", " ")
 
 
+def brief_error(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an error message, at most ``limit`` characters, for a one-line error
+    that quotes a library's (ONNX, ONNX Runtime) message."""
+    text = str(exc).strip().splitlines()
+    return text[0][:limit] if text else type(exc).__name__
+
+
 class Terminated(SystemExit):
     """The process was asked to stop (SIGTERM; exit status 128 + the signal's number): raised in
     the main thread by the CLI's handler, and again at the next ``core.deadline`` check if the

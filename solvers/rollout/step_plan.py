@@ -60,6 +60,7 @@ from pipeplan.formulations.rollout.trainer import chunks
 from pipeplan.solvers.rollout.common import scored_result, search_deadline
 from pipeplan.solvers.rollout.online import best_policy, make_policy
 from pipeplan.solvers.rollout.step_bound import step_bound
+from pipeplan.solvers.rollout.unlimited_pass import UnlimitedPass
 
 EVALUATIONS = 3_000     # annealing moves tried from each start by default (about 0.3 ms each at R = 32)
 SEQUENCE_MOVES = 1_000  # update-sequence moves by default (about 3 ms each at R = 32)
@@ -330,6 +331,7 @@ class SequencePlanner:
         self.group_work = np.bincount(timeline.group, self._work(self.lengths, slice(None)), minlength=p.R)
         self.ceiling = (e.c0_s * float(timeline.longest.max(initial=0)) + float(self.group_work.sum())
                         + sum(p.trainer.update_time(int(t)) for t in timeline.tokens) + 1.0)
+        self.unlimited = UnlimitedPass.of(self)
 
     def _work(self, k: np.ndarray, idx) -> np.ndarray:
         """The additive engine time of the first k tokens of the requests ``idx``."""
@@ -341,6 +343,8 @@ class SequencePlanner:
         tl, c0 = self.timeline, self.problem.engine.c0_s
         tr = self.problem.trainer
         tail = np.cumsum([tr.update_time(int(tl.tokens[u].sum())) for u in updates][::-1])[::-1]
+        if self.unlimited is not None and not self.unlimited.meets(updates, tail, target):
+            return None                           # not even without the limits (``unlimited_pass``)
         finish = np.zeros(self.problem.R, dtype=np.int64)
         done = float(self.group_work.sum())       # work of the groups of updates <= j
         later = np.zeros(0, dtype=np.int64)       # requests of later updates, and their finish steps

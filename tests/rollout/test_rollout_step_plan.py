@@ -17,6 +17,7 @@ from pipeplan.formulations.rollout.bounds import train_end_lower_bound
 from pipeplan.formulations.rollout.checker import check
 from pipeplan.formulations.rollout.replay import replay
 from pipeplan.formulations.rollout.simulator import simulate
+from pipeplan.formulations.rollout.trainer import chunks
 from pipeplan.formulations.rollout.workloads import preset_round
 from pipeplan.solvers.rollout.common import RESCORE_S
 from pipeplan.solvers.rollout.online import POLICIES, make_policy
@@ -78,7 +79,7 @@ def test_with_one_step_buckets_the_bound_is_the_best_just_in_time_plan(case):
 def _brute_force_any_trainer(problem, top):
     """The least train end of every just-in-time plan with finish steps up to ``top``, the
     trainer taking the groups in any order (every split into the fixed update sizes)."""
-    from pipeplan.formulations.rollout.trainer import chunks, run_updates
+    from pipeplan.formulations.rollout.trainer import run_updates
     timeline = StepTimeline(problem)
     sizes = problem.update_sizes()
     splits = {tuple(tuple(sorted(u)) for u in chunks(list(order), sizes))
@@ -222,7 +223,6 @@ def _brute_force_sequence(problem, updates, top):
 @pytest.mark.parametrize("case", range(4))
 def test_the_sequence_planner_finds_the_best_plan_of_its_update_sequence(case):
     # engine-bound rounds (a cheap trainer): every update's row can bind
-    from pipeplan.formulations.rollout.trainer import chunks
     rng = np.random.default_rng(20 + case)
     R, U = (3, 1) if case < 2 else (4, 2)
     responses = [[int(n) for n in rng.integers(1, 5, 2)] for _ in range(R)]
@@ -579,3 +579,23 @@ def test_proving_never_makes_the_planner_worse():
     proved = pipeplan.solve(p, "step-plan", evaluations=500, sequence_moves=50, prove_s=8)
     assert proved.objectives["train_end_s"] <= plain.objectives["train_end_s"] * (1 + 1e-9)
     assert proved.objectives["train_end_s"] >= proved.bound["train_end_s"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_rounds(), st.randoms(use_true_random=False), st.sampled_from([-0.05, -1e-3, 0.0, 1e-3, 0.05]))
+def test_the_unlimited_pass_refuses_only_sequences_the_planner_cannot_place(problem, rnd, offset):
+    # the filter (``unlimited_pass``) changes no plan: with it and without, the backward pass
+    # places the same finish steps or none, on rounds whose batch and KV limits bind
+    timeline = StepTimeline(problem)
+    filtered, plain = SequencePlanner(timeline), SequencePlanner(timeline)
+    assert filtered.unlimited is not None
+    plain.unlimited = None
+    order = list(range(problem.R))
+    rnd.shuffle(order)
+    value, _ = plain.best(order)
+    if not np.isfinite(value):
+        return
+    assert filtered.best(order)[0] == value
+    updates = chunks(order, problem.update_sizes())
+    a, b = (planner.place(updates, value * (1 + offset)) for planner in (filtered, plain))
+    assert (a is None) == (b is None) and (a is None or np.array_equal(a, b))

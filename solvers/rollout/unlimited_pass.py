@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-# the tables (one float per step of each group's longest response) and one profile over the
-# horizon may take this much; a larger round plans without the filter, as before
-FILTER_BYTES = 64 << 20
+# steps the tables (one float per step of each group's longest response, 8 MB) and a pass's
+# profile over the steps may hold: a round beyond them plans without the filter, as before
+# (R = 96 on the paper's presets: about 0.4M table steps and profiles of 0.15M). Building the
+# tables costs a pass over every token; a limit keeps it cheap beside a short time limit.
+MAX_STEPS = 1 << 20
 # slack on the target: the two passes sum the same work in different orders
 RELATIVE_SLACK = 1e-9
 
@@ -44,16 +46,14 @@ class UnlimitedPass:
     @classmethod
     def of(cls, planner) -> "UnlimitedPass | None":
         """The filter of a ``SequencePlanner``, or None where it would not pay or fit: no cost per
-        step (the latest step meeting a target is then unbounded) or tables beyond ``FILTER_BYTES``."""
+        step (the latest step meeting a target is then unbounded) or tables beyond ``MAX_STEPS``."""
         tl, e = planner.timeline, planner.problem.engine
-        if e.c0_s <= 0 or 8.0 * float(np.sum(tl.longest + 1)) > FILTER_BYTES / 2:
+        if e.c0_s <= 0 or int(np.sum(tl.longest + 1)) > MAX_STEPS:
             return None
-        forced = []
-        for g, requests in enumerate(planner.requests):
-            before = np.arange(int(tl.longest[g]) + 1, dtype=float)
-            n = planner.lengths[requests][:, None]
-            made = np.clip(n - before[None, :], 0.0, n)
-            forced.append(planner.problem.engine.request_work(tl.prompts[requests][:, None], made).sum(axis=0))
+        forced = [np.zeros(int(longest) + 1) for longest in tl.longest]
+        for i, n in enumerate(tl.lengths):
+            if n:   # d = 0 .. n - 1 steps before its group completes, request i has made n - d tokens
+                forced[tl.group[i]][:n] += e.request_work(tl.prompts[i], n - np.arange(n, dtype=float))
         return cls(e.c0_s, forced, planner.group_work, tl.longest)
 
     def meets(self, updates: list[list[int]], tails: np.ndarray, target: float) -> bool:
@@ -62,7 +62,7 @@ class UnlimitedPass:
         horizon = int((target - tails[-1] - done) / self.c0) + 2
         if horizon < 1:
             return False
-        if 8.0 * horizon > FILTER_BYTES / 2:
+        if horizon > MAX_STEPS:
             return True                       # too long a profile: let ``place`` decide
         profile = self.c0 * np.arange(horizon, dtype=float)
         next_step = horizon - 1
@@ -71,9 +71,9 @@ class UnlimitedPass:
             if step < max(int(self.longest[g]) for g in updates[j]):
                 return False
             for g in updates[j]:
-                forced = self.forced[g]
-                first = max(0, step - forced.size + 1)
-                profile[first:step + 1] += forced[step - first::-1]
+                table = self.forced[g]
+                first = max(0, step - table.size + 1)
+                profile[first:step + 1] += table[step - first::-1]
                 done -= float(self.work[g])
             next_step = step - 1
         return True

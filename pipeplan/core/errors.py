@@ -51,6 +51,13 @@ def brief_error(exc: BaseException, limit: int = 200) -> str:
     return text[0][:limit] if text else type(exc).__name__
 
 
+def brief_value(value, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for quoting a bad value in a one-line error
+    (a JSON integer of 400 digits is one value)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class Terminated(SystemExit):
     """The process was asked to stop (SIGTERM; exit status 128 + the signal's number): raised in
     the main thread by the CLI's handler, and again at the next ``core.deadline`` check if the

@@ -9,6 +9,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
+from pipeplan.core.errors import brief_value
 from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS
 
 
@@ -30,28 +31,28 @@ class Values:
         if isinstance(value, str) and value in self.words and self.kind not in ("table", "axes"):
             return None
         if self.kind == "str":
-            return f"takes {' or '.join(map(repr, self.words))}, got {_short(value)}"
+            return f"takes {' or '.join(map(repr, self.words))}, got {brief_value(value)}"
         if self.kind == "bool":
-            return None if isinstance(value, bool) else f"takes true or false, got {_short(value)}"
+            return None if isinstance(value, bool) else f"takes true or false, got {brief_value(value)}"
         if self.kind == "table":
             if not isinstance(value, dict):
-                return f"takes a table, got {_short(value)}"
+                return f"takes a table, got {brief_value(value)}"
             for key, v in value.items():
                 if not self.any and key not in self.words:
-                    return f"takes a table keyed by {', '.join(self.words)}, got key {_short(key)}"
+                    return f"takes a table keyed by {', '.join(self.words)}, got key {brief_value(key)}"
                 if not self.any and not _finite(v):
-                    return f"takes a table of finite numbers, got {key} = {_short(v)}"
+                    return f"takes a table of finite numbers, got {key} = {brief_value(v)}"
             return None
         if self.kind == "axes":
             if (not isinstance(value, (list, tuple)) or not 2 <= len(value) <= 3
                     or any(v not in self.words for v in value) or len(set(value)) != len(value)):
-                return f"takes two or three distinct of {', '.join(self.words)}, got {_short(value)}"
+                return f"takes two or three distinct of {', '.join(self.words)}, got {brief_value(value)}"
             return None
         whole = self.kind == "int"
         if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real) \
                 or not _finite(value) or (self.lo is not None and (value <= self.lo if self.above else value < self.lo)) \
                 or (self.hi is not None and value > self.hi):
-            return f"takes {self.want()}, got {_short(value)}"
+            return f"takes {self.want()}, got {brief_value(value)}"
         return None
 
     def want(self) -> str:
@@ -64,11 +65,6 @@ class Values:
 
 def _num(x: float) -> str:
     return f"{int(x):,}" if x == int(x) and abs(x) >= 1 else f"{x:g}"
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _finite(value) -> bool:

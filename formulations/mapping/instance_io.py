@@ -14,7 +14,7 @@ from pipeplan.core.errors import InputError
 from pipeplan.core.io import inside_folder, load_json
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.formulations.mapping.profile import SCHEMA as PROFILE_SCHEMA
-from pipeplan.formulations.mapping.profile import load_profile, profile_from_dict
+from pipeplan.formulations.mapping.profile import Reader, load_profile, profile_from_dict
 
 INSTANCE_SCHEMA = "pipeplan.mapping-instance/1"
 
@@ -33,6 +33,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     units_raw = graph.get("units")
     if not isinstance(units_raw, list) or not units_raw:
         raise InputError(source, "graph.units", "expected a non-empty list")
+    r = Reader(source)
     units = []
     for i, u in enumerate(units_raw):
         if not isinstance(u, dict) or not isinstance(u.get("name"), str):
@@ -43,12 +44,10 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
         if len(set(members)) != len(members):
             twice = next(m for m in members if members.count(m) > 1)
             raise InputError(source, f"graph.units[{i}].members", f"node {twice!r} is listed twice")
-        try:
-            units.append(Unit(name=u["name"], op=str(u.get("op", "block")),
-                              flops=float(u.get("flops", 0.0)), param_bytes=float(u.get("param_bytes", 0.0)),
-                              out_bytes=float(u.get("out_bytes", 0.0)), members=tuple(members)))
-        except (TypeError, ValueError):
-            raise InputError(source, f"graph.units[{i}]", "flops/bytes must be numbers") from None
+        # JSON numbers only (not text, not bools), finite once a float: 10**400 had been an
+        # OverflowError traceback and "1e300" taken as a number
+        size = {k: r.number(u.get(k, 0.0), f"graph.units[{i}].{k}") for k in ("flops", "param_bytes", "out_bytes")}
+        units.append(Unit(name=u["name"], op=str(u.get("op", "block")), members=tuple(members), **size))
     edges = []
     edges_raw = graph.get("edges", [])
     if not isinstance(edges_raw, list):
@@ -56,7 +55,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     for i, e in enumerate(edges_raw):
         if not isinstance(e, dict) or not isinstance(e.get("src"), str) or not isinstance(e.get("dst"), str):
             raise InputError(source, f"graph.edges[{i}]", "expected {src, dst, bytes}")
-        edges.append(Edge(e["src"], e["dst"], e.get("bytes")))
+        edges.append(Edge(e["src"], e["dst"], r.number(e.get("bytes"), f"graph.edges[{i}].bytes", allow_none=True)))
     prof = doc.get("profile")
     if isinstance(prof, str):
         folder = base or Path(".")

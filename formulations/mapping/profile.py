@@ -34,13 +34,12 @@ the period (roofline platforms).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_json
+from pipeplan.core.errors import InputError, brief_value
+from pipeplan.core.io import finite_number, load_json
 
 SCHEMA = "pipeplan.profile/1"
 POWER_MODELS = ("board", "per_pu")
@@ -345,15 +344,11 @@ class Reader:
         if value is None and allow_none:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(fld, f"expected a number, got {value!r}")
-        try:
-            finite = math.isfinite(value)
-        except OverflowError:          # an integer beyond float range
-            finite = False
-        if not finite:
-            raise self.fail(fld, f"not a finite number: {value!r}")
+            raise self.fail(fld, f"expected a number, got {brief_value(value)}")
+        if not finite_number(value):   # NaN, infinite, or an integer beyond float range
+            raise self.fail(fld, f"not a finite number: {brief_value(value)}")
         if value < 0:
-            raise self.fail(fld, f"negative value {value!r}")
+            raise self.fail(fld, f"negative value {brief_value(value)}")
         return float(value)
 
     def string(self, value: Any, fld: str) -> str:

@@ -58,3 +58,17 @@ def test_a_plan_for_other_networks_is_refused(tmp_path):
     plan = tmp_path / "p.json"
     plan.write_text(json.dumps({"schema": "pipeplan.multi-plan/1", "plans": {"x": {"stages": [{"pus": ["G"]}]}}}))
     assert_input_error(run_cli("multi", "evaluate", "multi/alex+mobile", "--plan", plan), "p.json", "no plan for network alex")
+
+
+@pytest.mark.parametrize("key", ["weight", "min_fps", "latency_ms", "reference_fps"])
+@pytest.mark.parametrize("value,words", [(10**400, "finite number > 0, got 1000"), (-(10**400), "finite number > 0"),
+                                         (10**30, "must be from"), ("5", "got '5'"), (True, "got True")])
+def test_a_network_number_that_is_no_finite_json_number_is_refused_naming_it(tmp_path, key, value, words):
+    """An integer beyond float range had made math.isfinite raise OverflowError (a traceback)."""
+    from pipeplan.core.errors import InputError
+    from pipeplan.instances.multi import load_multi_file
+
+    with pytest.raises(InputError) as err:
+        load_multi_file(instance_file(tmp_path, [{"instance": "khadas-vim3/Alex", key: value}]))
+    assert err.value.field == f"networks[0].{key}" and words in err.value.message
+    assert len(err.value.one_line()) < 300

@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
+from pipeplan.core.io import finite_number
 from pipeplan.formulations.mapping.problem import MappingProblem
 
 T = TypeVar("T")
@@ -176,11 +177,12 @@ class MultiProblem:
 
 
 def _positive(where: str, fld: str, value: Any, least: float = 0.0, most: float = math.inf) -> None:
-    """A finite number > 0, and from ``least`` to ``most`` when they are given."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InputError(where, fld, f"must be a finite number > 0, got {value!r}")
+    """A finite number > 0, and from ``least`` to ``most`` when they are given. A JSON integer
+    beyond float range (10**400) is not finite here; math.isfinite had raised OverflowError."""
+    if not finite_number(value) or value <= 0:
+        raise InputError(where, fld, f"must be a finite number > 0, got {brief_value(value)}")
     if not least <= value <= most:
-        raise InputError(where, fld, f"must be from {least:g} to {most:g}, got {value!r}")
+        raise InputError(where, fld, f"must be from {least:g} to {most:g}, got {brief_value(value)}")
 
 
 def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], MappingProblem]) -> MultiProblem:

@@ -23,6 +23,8 @@ Decisions (also written into each file's ``notes``):
   ``Google-parapipe`` (Para-Pipe, top level).
 * DVFS level names: L "0".."5", B "0".."7", N "0".."7" (NPU level = host level, as measured),
   G "g.h" = GPU level g with host CPU level h (the GPU rows carry Freq_Host): "0.0" .. "4.7".
+  A level cell is the whole number it holds (1e0, 1.0 and " 1" are level "1"), so one level has
+  one name; a block measured twice at one PU, level and metric is refused.
 * Transfers are measured per block output and PU pair (median of the repeated rows). The
   Para-Pipe-only graphs have none: they get the median of each PU pair over all measured
   transfers. Transfers to or from the NPU were not measured: charged 0 ms (the NPU rows'
@@ -100,6 +102,12 @@ class _Row(dict):
     def whole(self, column: str) -> int:
         return parse_number(self[column], self.source, self.field(column), integer=True)
 
+    def level(self, column: str) -> str:
+        """A DVFS level cell as its canonical text: ``max``, or the whole number it holds written
+        plainly. ``1e0``, ``1.0`` and `` 1`` are level ``1`` (as they are block 1 in the Layer
+        column): a cell ``0.0`` had made a second level "0.0" beside "0", and ``1e0`` a traceback."""
+        return "max" if self[column] == "max" else str(self.whole(column))
+
 
 def _csv_dicts(src: Path, name: str) -> list[_Row]:
     """Rows of the measurement CSV ``src / name`` keyed by its header (read with
@@ -127,16 +135,25 @@ def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: d
     task: dict[tuple, tuple[float, float | None]] = {}
     phases: dict[tuple, float] = {}
     phase_power: dict[tuple, float] = {}
+    measured_on: dict[tuple, int] = {}          # (PU, level, block, metric) -> its line
     for r in rows:
         comp = r["Component"]
-        if comp == "N" and r["Freq"] != r["Freq_Host"]:
+        freq = r.level("Freq")                  # a level is a whole number (or max)
+        host = r.level("Freq_Host") if comp in ("G", "N") else ""
+        if comp == "N" and freq != host:
             continue
-        for column in ("Freq", "Freq_Host") if comp == "G" else ("Freq",):
-            if r[column] != "max":
-                r.whole(column)                 # a level is a whole number (or max)
-        lv = _level_name(comp, r["Freq"], r["Freq_Host"])
+        if comp == "G" and (freq == "max") != (host == "max"):
+            raise r.error("Freq_Host", f"a GPU level pairs two whole numbers or max with max, got "
+                                       f"{r['Freq']!r} with host {r['Freq_Host']!r}")
+        lv = _level_name(comp, freq, host)
         levels[comp].add(lv)
         layer, metric = r.whole("Layer"), r["Metric"]
+        # one row per block, PU, level and metric: a level written two ways (0 and 0.0) is one
+        # level, and its second row had silently replaced the first
+        first = measured_on.setdefault((comp, lv, layer, metric), r.line)
+        if first != r.line:
+            raise r.error("Freq", f"{comp} level {lv}, block {layer}, {metric} measured again "
+                                  f"(first on line {first})")
         t = r.number("Time")
         p = r.number("Power") if r["Power"] else None
         if metric == "task":
@@ -218,7 +235,15 @@ def _parsed_freq(parsed, order: str) -> str | None:
         return flat[0].strip("{}")
     if len(parsed) != len(order):
         return None
-    return ",".join(".".join(str(x) for x in lv) if c == "G" else str(lv[0]) for c, lv in zip(order, parsed))
+    return ",".join(".".join(_level_text(x) for x in lv) if c == "G" else _level_text(lv[0])
+                    for c, lv in zip(order, parsed))
+
+
+def _level_text(level) -> str:
+    """A level of a measured frequency setting as the profiles name it: 7.0 is level "7" (it had
+    been a level "7.0" no profile has, and the run was fitted against another setting); text,
+    fractions, NaN and infinities raise ValueError (InputError is one)."""
+    return str(parse_number(level, "", "", integer=True))
 
 
 # Random layer-switching runs of YOLOv3 (one-frame time only, no energy, no pipelined period):
@@ -269,10 +294,11 @@ def _receiver_level(r: _Row) -> str:
     """The last level of a RecFreq cell such as ``[7]`` or ``[4, 7]``: the receiver's, or the
     GPU's host CPU's."""
     try:
-        levels = ast.literal_eval(r["RecFreq"])
-        return str(int(levels[-1]))
+        last = ast.literal_eval(r["RecFreq"])[-1]
     except (ValueError, TypeError, SyntaxError, IndexError, KeyError, MemoryError, RecursionError):
         raise r.error("RecFreq", f"expected a list of levels, got {r['RecFreq']!r}") from None
+    # a whole number, as the level cells (int() had cut a level 7.5 to 7)
+    return str(parse_number(last, r.source, r.field("RecFreq"), integer=True))
 
 
 def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
@@ -347,10 +373,16 @@ def _derive(src: Path, repo: Path) -> list[Path]:
         doc["transfers"]["level_scaling"] = {k: v for k, v in scaling.items()
                                              if all(p in doc["pus"] for p in k.split("->"))}
     folder = repo / "instances" / "khadas-vim3"
+    # the fit needs runs of both kinds; a folder without any had been an IndexError traceback
+    evaluations, switching = _evaluations(src), _switching_runs(src)
+    if not evaluations:
+        raise InputError(str(src / "evaluations"), "", "no measured whole-network runs (evaluations/*.csv)")
+    if not switching:
+        raise InputError(str(src / "evaluations" / SWITCHING_RUNS), "", "no measured layer-switching runs")
     written.append(write_atomic(folder / "evaluations.csv",
-                                _csv_text(_evaluations(src), "Measured whole-network runs on the Khadas VIM3")))
+                                _csv_text(evaluations, "Measured whole-network runs on the Khadas VIM3")))
     written.append(write_atomic(folder / "switching_runs.csv",
-                                _csv_text(_switching_runs(src), "Measured layer-switching runs of YOLOv3 "
+                                _csv_text(switching, "Measured layer-switching runs of YOLOv3 "
                                           "on the Khadas VIM3 (one-frame time)")))
     docs = fitted_documents(docs, read_runs(folder / "evaluations.csv") + read_runs(folder / "switching_runs.csv"))
     for name, doc in docs.items():

@@ -21,7 +21,7 @@ def test_corpus_is_large_and_covers_every_format():
     formats = {f.split("/")[0] for f in files}
     assert formats >= {"onnx", "profile", "instance", "plan", "manifest", "suite", "gradcode_problem",
                        "gradcode_code", "gradcode_trace", "rollout_problem", "rollout_trace", "platform", "batch",
-                       "bench_records"}
+                       "bench_records", "multi_instance", "khadas"}
     for f in files:
         assert (CORPUS / f).exists(), f
 
@@ -69,6 +69,7 @@ CONTROLS = {   # the valid input each family of cases breaks, through the same c
     "multi_instance": ["multi", "solve", GOOD / "multi_instance.json", "--solver", "greedy-partition",
                        "--objective", "total", "--out", "{out}/result.json"],
     "multi_plan": ["multi", "evaluate", GOOD / "multi_instance.json", "--plan", GOOD / "multi_plan.json"],
+    "khadas": ["import-khadas", "--src", GOOD / "khadas", "--repo", "{out}/repo"],
 }
 
 

@@ -139,6 +139,17 @@ def _damage(folder: Path, file: str, line: int, column: str, value: str) -> None
         csv.writer(f).writerows(rows)
 
 
+def _cell(folder: Path, file: str, line: int, column: str) -> str:
+    import csv
+    rows = list(csv.reader((folder / file).read_text().splitlines()))
+    return rows[line - 1][rows[0].index(column)]
+
+
+SWITCHING = "evaluations/serial_YOLOv3_switching.csv"
+# the first block's level of its first run, (7,), written another way (a whole number or not)
+FIRST_LEVEL_AS = {value: _cell(SHARED, SWITCHING, 2, "freq").replace("((7,),", f"(({value},),", 1)
+                  for value in ("7.0", "7.5")} if SHARED.exists() else {}
+
 # the measurement folder may come from anyone: each damage is one line naming the file and field
 DAMAGES = [
     ("layers_dvfs.csv", 2, "Layer", "nan", "line 2: Layer"),
@@ -150,6 +161,14 @@ DAMAGES = [
     ("transfer_freq.csv", 3, "transfer_power", "", "line 3: transfer_power"),
     ("evaluations/serial_Alex.csv", 2, "freq", "[1, 2", "line 2: freq"),
     ("evaluations/serial_Alex.csv", 2, "total_time", "inf", "line 2: total_time"),
+    # a level is a whole number: 1e0 on line 3 (block 0 of B) is level 1, whose block 0 line 12
+    # measures again (int("1e0") had been a traceback)
+    ("layers_dvfs.csv", 3, "Freq", "1e0", "line 12: Freq"),
+    ("layers_dvfs.csv", 3, "Freq", "0.5", "line 3: Freq"),
+    ("layers_dvfs.csv", 182, "Freq_Host", "max", "line 182: Freq_Host"),     # GPU level 1 with host max
+    ("layers_dvfs.csv", 8011, "Freq_Host", "2.5", "line 8011: Freq_Host"),  # an NPU row's host level
+    ("transfer_freq.csv", 3, "RecFreq", "(0, 1.5)", "line 3: RecFreq"),     # int() had cut it to 1
+    (SWITCHING, 2, "freq", FIRST_LEVEL_AS.get("7.5"), "line 2: freq"),    # a level "7.5" no profile has
 ]
 
 
@@ -168,8 +187,29 @@ def test_a_damaged_measurement_is_one_line_and_writes_nothing(tmp_path, file, li
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/khadas-vim3 not beside the checkout")
+def test_a_level_written_another_way_is_the_same_level(tmp_path):
+    """A level cell is its whole number: 0.0, 1e0, " 3" and 2.0 are levels 0, 1, 3 and 2, not
+    levels of their own (a cell 0.0 had made a level "0.0" beside "0"); the import is unchanged."""
+    import shutil
+    src = tmp_path / "src"
+    shutil.copytree(SHARED, src)
+    for file, line, column, value in [("layers_dvfs.csv", 483, "Freq", "0.0"), ("layers_dvfs.csv", 12, "Freq", "1e0"),
+                                      ("layers_dvfs.csv", 182, "Freq_Host", " 3"),
+                                      ("layers_dvfs.csv", 8011, "Freq_Host", "2.0"),
+                                      ("transfer_freq.csv", 3, "RecFreq", "(0, 1.0)"),
+                                      (SWITCHING, 2, "freq", FIRST_LEVEL_AS["7.0"])]:     # had been a level "7.0"
+        _damage(src, file, line, column, value)
+    written = import_khadas(src, tmp_path / "repo")
+    assert len(written) == 2 * 10 + 2
+    for path in written:
+        rel = path.relative_to(tmp_path / "repo")
+        assert filecmp.cmp(path, ROOT / rel, shallow=False), f"{rel} differs from the committed copy"
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/khadas-vim3 not beside the checkout")
 @pytest.mark.parametrize("file,needle", [("transfers.csv", "no measured transfers"),
-                                         ("layers_dvfs.csv", "Graph: no rows of Alex")])
+                                         ("layers_dvfs.csv", "Graph: no rows of Alex"),
+                                         (SWITCHING, "no measured layer-switching runs")])
 def test_an_emptied_measurement_file_is_refused(tmp_path, file, needle):
     import shutil
 

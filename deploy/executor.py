@@ -48,10 +48,13 @@ from pipeplan.core.sizes import check_memory
 from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
 from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
 from pipeplan.profiles.ort_guard import RunGuard
+from pipeplan.profiles.random_feeds import Feed, check_feeds, draw_bytes, feed_bytes, random_feeds
 
 HOST_PLATFORM = "host"  # profiles/platforms/host.json: its PUs C0, C1... are this machine's CPU threads
 OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
 QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, bounded memory
+# input frames a run holds at once at least: the one the feeder draws, QUEUE_DEPTH before stage 0, one in it
+MIN_INPUT_FRAMES_HELD = QUEUE_DEPTH + 2
 RTOL, ATOL = 1e-4, 1e-5
 
 
@@ -70,7 +73,7 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     check_frames(frames)
     guard = RunGuard(time_limit_s)
     m = manifest or load_manifest(folder)
-    check_memory("--frames", frames, kept_bytes_per_frame(m.outputs))
+    check_memory("--frames", frames, kept_bytes_per_frame(m.outputs), fixed=check_inputs(m))
     host_cpus = os.cpu_count() or 1
     for pu, rt in m.pus.items():
         if rt["intra_op_threads"] > OVERSUBSCRIPTION * host_cpus:
@@ -140,20 +143,35 @@ def kept_bytes_per_frame(outputs: Iterable[TensorSpec]) -> int:
     return 2 * sum(math.prod(t.concrete_shape()) * t.dtype.itemsize for t in outputs)
 
 
+def input_frames_held(m: Manifest) -> int:
+    """Frames whose inputs may be alive at once: the one the feeder draws, QUEUE_DEPTH waiting
+    before stage 0, the one in it, and, where a stage hands a network input on to the next (a
+    later stage reads it), QUEUE_DEPTH and one more per stage it reaches."""
+    held = MIN_INPUT_FRAMES_HELD
+    for spec in m.stages[:-1]:
+        if not any(t.name in spec.sends for t in m.inputs):
+            break
+        held += QUEUE_DEPTH + 1
+    return held
+
+
+def check_inputs(m: Manifest) -> int:
+    """Refuse the random input frames a run holds at once above the memory cap, before any is
+    drawn (a manifest's input may declare 2^31 - 1 float64 elements, 16 GiB a frame); returns
+    their bytes, which ``--frames``' check adds to the kept outputs."""
+    feeds = _feeds(m.inputs)
+    check_feeds(feeds, m.source, "inputs", frames=input_frames_held(m))
+    return input_frames_held(m) * feed_bytes(feeds) + draw_bytes(feeds)
+
+
+def _feeds(specs: Iterable[TensorSpec]) -> list[Feed]:
+    return [(t.name, t.concrete_shape(), t.dtype) for t in specs]
+
+
 def frame_inputs(specs: tuple[TensorSpec, ...], seed: int, frame: int) -> dict[str, np.ndarray]:
     """The network inputs of frame ``frame``: standard-normal floats, random booleans,
-    integers 0 or 1 (valid as indices)."""
-    rng = np.random.default_rng([seed, frame])
-    out = {}
-    for t in specs:
-        shape = t.concrete_shape()
-        if np.issubdtype(t.dtype, np.floating):
-            out[t.name] = rng.standard_normal(shape).astype(t.dtype)
-        elif t.dtype == np.bool_:
-            out[t.name] = rng.random(shape) < 0.5
-        else:
-            out[t.name] = rng.integers(0, 2, size=shape).astype(t.dtype)
-    return out
+    integers 0 or 1 (valid as indices), drawn without a float64 copy (profiles/random_feeds.py)."""
+    return random_feeds(np.random.default_rng([seed, frame]), _feeds(specs))
 
 
 def _sessions(m: Manifest, cores: dict[str, list[int] | None]) -> dict[str, ort.InferenceSession]:

@@ -47,7 +47,7 @@ from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, inside_folder, load_json
 from pipeplan.core.sizes import check_memory
-from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, kept_bytes_per_frame, run_export
+from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, check_inputs, kept_bytes_per_frame, run_export
 from pipeplan.deploy.export import _check_target as check_single_target
 from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest, sha256_of
@@ -272,7 +272,8 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
     nets = joint.networks
     check_network_count(joint)
     manifests = {n.name: load_manifest(n.folder) for n in nets}
-    check_memory("--frames", frames, sum(kept_bytes_per_frame(m.outputs) for m in manifests.values()))
+    check_memory("--frames", frames, sum(kept_bytes_per_frame(m.outputs) for m in manifests.values()),
+                 fixed=sum(check_inputs(m) for m in manifests.values()))
     together = threading.Barrier(len(nets))
     left: dict[str, list[float]] = {n.name: [] for n in nets}   # when each frame left the pipeline
     lock = threading.Lock()

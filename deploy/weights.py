@@ -34,6 +34,7 @@ from pipeplan.core.sizes import memory_cap_bytes
 from pipeplan.formulations.mapping.onnx_external import MAX_PROTOBUF
 from pipeplan.formulations.mapping.onnx_graph import onnx_node_names
 from pipeplan.profiles.ort_guard import RunGuard, cap_memory
+from pipeplan.profiles.random_feeds import check_feeds, random_feeds
 
 # Ops that pass a weight on unchanged in value (only in layout); the role is decided further on.
 _LAYOUT_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transpose"}
@@ -141,11 +142,14 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
     cap_memory(opts)
     try:
         session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        feeds = {}
-        for arg in session.get_inputs():
-            shape = [d if isinstance(d, int) and d > 0 else 1 for d in arg.shape]
-            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
-        seen = guard.run_stoppable(session, [bn.input[0] for bn in targets], feeds)
+        # one float frame of every input, refused above the memory cap before it is drawn and
+        # drawn without a float64 copy (the same values: profiles/random_feeds.py)
+        inputs = [(arg.name, tuple(d if isinstance(d, int) and d > 0 else 1 for d in arg.shape), np.dtype(np.float32))
+                  for arg in session.get_inputs()]
+        check_feeds(inputs, source, "graph.input")
+        seen = guard.run_stoppable(session, [bn.input[0] for bn in targets], random_feeds(rng, inputs))
+    except InputError:        # the inputs above the memory cap
+        raise
     except Exception as exc:  # ORT raises its own exception types for a model it cannot run
         guard.check_time_limit(source)
         raise InputError(source, "model", f"ONNX Runtime cannot run it to calibrate its batch norms "

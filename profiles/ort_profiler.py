@@ -34,6 +34,7 @@ from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, onnx_node_names, read_model
 from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Transfers
 from pipeplan.profiles.ort_guard import RunGuard, cap_memory
+from pipeplan.profiles.random_feeds import check_feeds, frame_shape, random_feeds
 
 LEVEL = "max"
 TRANSFER_FIXED_MS = 0.01  # hand-off between two host threads: a queue push and a wake-up
@@ -107,11 +108,13 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
         session = None
         try:
             session = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
-            feeds = _random_inputs(session)
+            feeds = _random_inputs(session, source)
             for done in range(1, warmup + runs + 1):
                 guard.run_stoppable(session, None, feeds)
                 if progress:
                     progress(done, warmup + runs)
+        except InputError:        # inputs above the memory cap: refused before they are drawn
+            raise
         except Exception as exc:  # ORT raises its own exception types for bad models
             guard.check_time_limit(source)
             raise InputError(source, "model", f"ONNX Runtime cannot run it ({exc})") from None
@@ -125,20 +128,14 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
     return trace
 
 
-def _random_inputs(session: ort.InferenceSession) -> dict[str, np.ndarray]:
-    """Standard-normal floats, random booleans, and integers 0 or 1 (valid as indices)."""
-    rng = np.random.default_rng(_SEED)
-    feeds = {}
-    for arg in session.get_inputs():
-        shape = [d if isinstance(d, int) and d >= 0 else 1 for d in arg.shape]
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(_ORT_TYPES.get(arg.type, 1)))
-        if np.issubdtype(dtype, np.floating):
-            feeds[arg.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[arg.name] = rng.random(shape) < 0.5
-        else:
-            feeds[arg.name] = rng.integers(0, 2, size=shape).astype(dtype)
-    return feeds
+def _random_inputs(session: ort.InferenceSession, source: str) -> dict[str, np.ndarray]:
+    """Standard-normal floats, random booleans, and integers 0 or 1 (valid as indices), one
+    frame of every input (symbolic dimensions 1), refused above the memory cap before any is
+    drawn (profiles/random_feeds.py)."""
+    inputs = [(arg.name, frame_shape(arg.shape),
+               np.dtype(helper.tensor_dtype_to_np_dtype(_ORT_TYPES.get(arg.type, 1)))) for arg in session.get_inputs()]
+    check_feeds(inputs, source, "graph.input")
+    return random_feeds(np.random.default_rng(_SEED), inputs)
 
 
 def _memcpy_ms_per_mb(nbytes: int = 64_000_000, repeats: int = 3) -> float:

@@ -59,3 +59,12 @@ def check_memory(option: str, value: int, bytes_each: float, *, fixed: float = 0
         largest = max(0, int((cap - fixed) // bytes_each)) if bytes_each > 0 else 0
         raise InputError(option, "", f"{value} needs about {_human(need)} of memory, above the limit of {_human(cap)} "
                                      f"(largest that fits: {largest}; raise the limit with PIPEPLAN_MAX_MEMORY_MB)")
+
+
+def check_bytes(source: str, field: str, what: str, need: float) -> None:
+    """Refuse ``need`` bytes above the cap for something a file asks for (not an option's
+    value): ``error: SOURCE: FIELD: WHAT needs about ..., above the limit of ...``."""
+    cap = memory_cap_bytes()
+    if need > cap:
+        raise InputError(source, field, f"{what} needs about {_human(need)} of memory, above the limit of "
+                                        f"{_human(cap)} (raise the limit with PIPEPLAN_MAX_MEMORY_MB)")

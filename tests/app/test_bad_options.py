@@ -110,6 +110,17 @@ def test_deploy_loop_refuses_before_profiling(extra, needle, tmp_path):
     assert sorted(tmp_path.rglob("*")) == before
 
 
+def test_deploy_loop_refuses_a_model_whose_random_inputs_pass_the_cap_before_profiling(tmp_path):
+    """Four float inputs of [5e8] (the corpus' big_inputs.onnx): the input frames profile and run
+    would draw are refused before the first model is profiled, naming the model."""
+    model = tmp_path / "big.onnx"
+    model.write_bytes((Path(__file__).parents[1] / "bad_inputs/onnx/big_inputs.onnx").read_bytes())
+    proc = run_cli("deploy-loop", "--models", f"squeezenet,{model}", "--solvers", "single", "--frames", "2",
+                   "--runs", "1", "--out", tmp_path / "out", env={"PIPEPLAN_MAX_MEMORY_MB": "256"})
+    assert_input_error(proc, f"{model}: graph.input: 4 frames held at once of random inputs (X0 [500000000] float32")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx"]
+
+
 def test_a_batch_of_more_rows_than_fit_in_memory_is_refused_before_scoring(tmp_path):
     """Every row's result is held until all are scored: the count is checked against the cap."""
     batch = tmp_path / "batch.csv"

@@ -234,3 +234,67 @@ def test_the_batch_norm_calibration_stops_at_its_time_limit():
     with pytest.raises(InputError) as e:
         with_random_weights(m, 0, "bn.onnx", time_limit_s=1)
     assert e.value.source == "--time-limit" and "bn.onnx" in e.value.message and "after 1 s" in e.value.message
+
+
+def big_inputs(n: int, count: int = 1) -> onnx.ModelProto:
+    """A model of a few hundred bytes whose ``count`` float inputs of [n] feed one ReduceSum (one
+    input) or Sum: its random inputs are numpy arrays outside ONNX Runtime's capped arena."""
+    xs = [h.make_tensor_value_info(f"X{i}", T.FLOAT, [n]) for i in range(count)]
+    node = (h.make_node("ReduceSum", ["X0"], ["Y"], name="sum", keepdims=1) if count == 1
+            else h.make_node("Sum", [x.name for x in xs], ["Y"], name="sum"))
+    m = h.make_model(h.make_graph([node], "g", xs, [h.make_tensor_value_info("Y", T.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("command", ["profile", "instance"])
+@pytest.mark.parametrize("n, count, words", [(50_000_000, 1, "(X0 [50000000] float32)"),
+                                             (10_000_000, 4, "(X0 [10000000] float32 and 3 more)")])
+def test_random_inputs_above_the_memory_cap_are_refused_before_they_are_drawn(tmp_path, command, n, count, words):
+    """One float input of [3e8] had taken 3.6 GB under a cap of 256 MiB (exit 0). Four inputs of
+    40 MB each fit a cap of 128 MiB alone, not together: their total counts."""
+    onnx.save(big_inputs(n, count), str(tmp_path / "m.onnx"))
+    proc = run_cli(command, tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "out.json",
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "64" if count == 1 else "128"})
+    assert_input_error(proc, "m.onnx: graph.input: one frame of random inputs " + words, "above the limit")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_random_inputs_within_the_cap_are_profiled(tmp_path):
+    onnx.save(big_inputs(1_000_000, 4), str(tmp_path / "m.onnx"))
+    proc = run_cli("profile", tmp_path / "m.onnx", "--runs", 1, "--warmup", 0, "--out", tmp_path / "p.json",
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "128"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "p.json").read_text())["units"] == ["sum"]
+
+
+def test_the_batch_norm_calibration_input_above_the_memory_cap_is_refused(monkeypatch):
+    """export's calibration draws one frame of the model's inputs too (64 MiB here, as a float64
+    draw and its cast before): refused above the cap before it is drawn."""
+    monkeypatch.setenv("PIPEPLAN_MAX_MEMORY_MB", "64")
+    x = h.make_tensor_value_info("X", T.FLOAT, [1, 1, 4096, 4096])
+    stand_ins = [h.make_node("ConstantOfShape", [f"s_{p}"], [p], name=f"w_{p}") for p in ("g", "b", "mu", "var")]
+    nodes = stand_ins + [h.make_node("BatchNormalization", ["X", "g", "b", "mu", "var"], ["Y"], name="bn")]
+    inits = [h.make_tensor(f"s_{p}", T.INT64, [1], [1]) for p in ("g", "b", "mu", "var")]
+    graph = h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("Y", T.FLOAT, [1, 1, 4096, 4096])], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    with pytest.raises(InputError) as e:
+        with_random_weights(m, 0, "bn.onnx")
+    assert (e.value.source, e.value.field) == ("bn.onnx", "graph.input")
+    assert "X [1, 1, 4096, 4096] float32" in e.value.message and "above the limit of 64 MiB" in e.value.message
+    monkeypatch.setenv("PIPEPLAN_MAX_MEMORY_MB", "1024")
+    assert with_random_weights(m, 0, "bn.onnx")[1] == 4                  # it fits a larger cap
+
+
+def test_run_refuses_input_frames_above_the_memory_cap(tmp_path):
+    """A manifest's input may declare up to 2^31 - 1 elements a frame; the frames a run holds at
+    once (feeder, queues, stages) are counted against the cap before any is drawn."""
+    folder = tmp_path / "export"
+    shutil.copytree(GOOD / "manifest", folder)
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["inputs"][0]["shape"] = [1, 100_000_000]
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    proc = run_cli("run", folder, "--frames", 2, env={"PIPEPLAN_MAX_MEMORY_MB": "1024"})
+    assert_input_error(proc, "manifest.json: inputs: 4 frames held at once of random inputs (X [1, 100000000] float32)")

@@ -27,7 +27,7 @@ from pipeplan.core.io import check_output, write_atomic, write_json
 from pipeplan.core.registry import get_solver
 from pipeplan.core.sizes import check_memory
 from pipeplan.core.tables import cell, csv_text, markdown_table
-from pipeplan.deploy.executor import check_frames, kept_bytes_per_frame, run_export
+from pipeplan.deploy.executor import MIN_INPUT_FRAMES_HELD, check_frames, kept_bytes_per_frame, run_export
 from pipeplan.deploy.export import export_plan
 from pipeplan.deploy.manifest import TensorSpec
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, graph_from_model, model_path, read_model
@@ -37,6 +37,7 @@ from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.from_model import model_instance
 from pipeplan.instances.paths import PLATFORMS_DIR
 from pipeplan.profiles.ort_profiler import TRACE_BYTES_PER_NODE_RUN
+from pipeplan.profiles.random_feeds import check_feeds, draw_bytes, feed_bytes, graph_feeds
 
 DEFAULT_SOLVERS = ("single", "pipeline-dp", "heft", "cpsat")
 COLUMNS = ("model", "solver", "termination", "stages", "groups", "predicted_period_ms", "measured_period_ms",
@@ -79,7 +80,7 @@ def check_models(models: list[str], *, frames: int, runs: int, warmup: int) -> N
     """Everything about the models that can be refused, refused before the first one is
     profiled: two models sharing a folder name (the second would overwrite the first's
     exports), and ``--frames`` and ``--runs`` past the memory cap (the checks ``pipeplan run``
-    and ``pipeplan profile`` make, from the whole model's outputs and node count)."""
+    and ``pipeplan profile`` make, from the whole model's outputs, inputs and node count)."""
     seen: dict[str, str] = {}
     for model in models:
         label = model_label(model)
@@ -94,7 +95,11 @@ def check_models(models: list[str], *, frames: int, runs: int, warmup: int) -> N
                                               for d in out.type.tensor_type.shape.dim),
                               helper.tensor_dtype_to_np_dtype(out.type.tensor_type.elem_type))
                    for out in onnx_model.graph.output]
-        check_memory("--frames", frames, kept_bytes_per_frame(outputs))     # as run_export
+        # the random inputs profile draws and the fewest input frames a run holds, as they check them
+        feeds = graph_feeds(onnx_model)
+        check_feeds(feeds, model, "graph.input", frames=MIN_INPUT_FRAMES_HELD)
+        check_memory("--frames", frames, kept_bytes_per_frame(outputs),     # as run_export
+                     fixed=MIN_INPUT_FRAMES_HELD * feed_bytes(feeds) + draw_bytes(feeds))
 
 
 def host_instance(model: str, folder: Path, *, runs: int, warmup: int) -> MappingProblem:

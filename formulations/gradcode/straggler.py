@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import finite_number, parse_number, read_csv
+from pipeplan.core.io import finite_number, inside_folder, parse_number, read_csv
 
 KINDS = ("none", "exponential", "shifted-exponential", "pareto", "markov", "trace")
 # The most seconds one time term may take: a straggler's mean, shift or scale, a trace's delay
@@ -60,8 +60,10 @@ class StragglerModel:
             raise InputError(where, "alpha" if self.alpha < PARETO_ALPHA[0] else "scale_s",
                              f"pareto needs alpha from {PARETO_ALPHA[0]:g} to {PARETO_ALPHA[1]:g} and scale_s > 0, "
                              f"got alpha {self.alpha!r}, scale_s {self.scale_s!r}")
-        if not 0 <= self.stay < 1:
-            raise InputError(where, "stay", f"must be in [0, 1), got {self.stay!r}")
+        if not finite_number(self.stay) or not 0 <= self.stay < 1:     # "0.5" had been a TypeError
+            raise InputError(where, "stay", f"must be a number in [0, 1), got {self.stay!r}")
+        if not isinstance(self.trace_file, str):
+            raise InputError(where, "trace_file", f"expected a file name, got {self.trace_file!r}")
         if self.kind == "trace" and not self.trace:
             raise InputError(where, "trace_file", "the trace model needs a delay trace (--trace FILE)")
 
@@ -111,8 +113,10 @@ def _numeric(cell: str) -> bool:
 
 
 def model_from_dict(d: dict, source: str = "straggler") -> StragglerModel:
-    """The ``straggler`` object of a problem file; a relative ``trace_file`` is read from the
-    folder of ``source`` when that is a file. Errors name ``source`` and ``straggler.<field>``."""
+    """The ``straggler`` object of a problem file. A ``trace_file`` is read only from inside the
+    folder of ``source`` (the working folder when ``source`` is no file): an absolute path, ``../``
+    or a link pointing out is refused before anything is opened, so the error tells nothing about
+    the outside file. Errors name ``source`` and ``straggler.<field>``."""
     if not isinstance(d, dict):
         raise InputError(source, "straggler", "expected an object")
     known = {"kind", "mean_s", "shift_s", "scale_s", "alpha", "stay", "trace_file"}
@@ -121,12 +125,16 @@ def model_from_dict(d: dict, source: str = "straggler") -> StragglerModel:
         raise InputError(source, f"straggler.{extra[0]}", "unknown field")
     kw = dict(d)
     if kw.get("kind") == "trace":
-        trace_file = Path(str(kw.get("trace_file", "")))
-        if not trace_file.is_absolute() and Path(source).is_file():
-            trace_file = Path(source).parent / trace_file
+        if "trace_file" not in kw:
+            raise InputError(source, "straggler.trace_file", "the trace model needs a delay trace file")
+        folder = Path(source).parent if Path(source).is_file() else Path(".")
+        trace_file = inside_folder(folder, kw["trace_file"], source, "straggler.trace_file")
         if not trace_file.is_file():
-            raise InputError(source, "straggler.trace_file", f"no delay trace file {str(trace_file)!r}")
+            raise InputError(source, "straggler.trace_file", f"no delay trace file {kw['trace_file']!r} in {folder}")
         kw["trace_file"], kw["trace"] = str(trace_file), load_trace(trace_file)
+    elif "trace_file" in kw:
+        raise InputError(source, "straggler.trace_file", f"only the trace model reads a trace file (kind is "
+                                                         f"{kw.get('kind', 'exponential')!r})")
     try:
         return StragglerModel(**kw)
     except InputError as exc:

@@ -1,0 +1,65 @@
+"""Hostile gradient-coding inputs: problem and code files, instance names and options that had
+read files outside the input's folder, crashed with a traceback, exhausted memory or were
+silently accepted. Each must be one line naming the file (or option) and the field, exit 2."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import assert_input_error, run_cli
+
+GOOD = Path(__file__).resolve().parents[1] / "bad_inputs" / "good"
+PROBLEM = json.loads((GOOD / "gradcode_problem.json").read_text())
+SECRET = "not-a-delay-secret-line"
+
+
+def cli(*args, cwd=None):
+    return run_cli("gradcode", *args, cwd=cwd)
+
+
+def _problem(folder: Path, name: str = "p.json", **changes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(json.dumps({**PROBLEM, **changes}))
+    return path
+
+
+def _trace_problem(folder: Path, trace_file) -> Path:
+    return _problem(folder, straggler={"kind": "trace", "trace_file": trace_file})
+
+
+COMMANDS = {
+    "place": ("place", "--scheme", "fr"),
+    "simulate": ("simulate", "--scheme", "fr", "--steps", 10),
+    "train": ("train", "--scheme", "pgc-fr", "--steps", 3),
+    "verify": ("verify", "--scheme", "fr"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("how", ["absolute", "parent", "link"])
+def test_a_trace_outside_the_problem_folder_is_refused_unread(command, how, tmp_path):
+    """A numeric trace outside had been used silently, a text file's line quoted in the error."""
+    outside = tmp_path / "outside.csv"
+    outside.write_text(f"{SECRET}\n" + "0,0,0,0,0,0\n" * 3)
+    inst = tmp_path / "inst"
+    inst.mkdir()
+    if how == "link":
+        (inst / "d.csv").symlink_to(outside)
+    trace_file = {"absolute": str(outside), "parent": "../outside.csv", "link": "d.csv"}[how]
+    path = _trace_problem(inst, trace_file)
+    proc = cli(*COMMANDS[command], "--instance", path, cwd=tmp_path)
+    assert_input_error(proc, "p.json", "straggler.trace_file", "not a file inside")
+    assert SECRET not in proc.stderr and proc.stdout == ""
+    outside.write_text("0,0,0,0,0,0\n" * 3)          # a valid trace is refused all the same
+    assert_input_error(cli(*COMMANDS[command], "--instance", path, cwd=tmp_path), "straggler.trace_file")
+
+
+def test_a_trace_inside_the_problem_folder_is_read(tmp_path):
+    inst = tmp_path / "inst"
+    (inst / "traces").mkdir(parents=True)
+    (inst / "traces" / "d.csv").write_text("1,0,0,0,0,0\n0,0,0,0,0,2\n")
+    path = _trace_problem(inst, "traces/d.csv")
+    proc = cli("simulate", "--scheme", "fr", "--instance", path, "--steps", 4, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["straggler"]["trace_file"] == str((inst / "traces" / "d.csv").resolve())

@@ -82,16 +82,17 @@ class GradCodeProblem:
                 raise InputError(where, f"speeds[{i}]", f"must be a positive number from {SPEEDS[0]:g} to {SPEEDS[1]:g} "
                                                         f"(relative to speed 1), got {v!r}")
         for i, v in enumerate(self.straggle_prob):
-            if not isinstance(v, (int, float)) or not 0 <= v <= 1:
-                raise InputError(where, f"straggle_prob[{i}]", f"must be in [0, 1], got {v!r}")
+            if not finite_number(v) or not 0 <= v <= 1:      # true had been taken as 1.0
+                raise InputError(where, f"straggle_prob[{i}]", f"must be a number in [0, 1], got {v!r}")
         for i, v in enumerate(self.capacity):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_SIZE:   # partitions: at most n
                 raise InputError(where, f"capacity[{i}]", f"must be an integer from 1 to {MAX_SIZE:,}, got {v!r}")
         if not (finite_number(self.partition_time_s) and 0 < self.partition_time_s <= MAX_SECONDS):
             raise InputError(where, "partition_time_s", f"must be a positive number of seconds, at most "
                                                         f"{MAX_SECONDS:g}, got {self.partition_time_s!r}")
-        if not isinstance(self.carry_over, bool):
-            raise InputError(where, "carry_over", f"must be true or false, got {self.carry_over!r}")
+        for name in ("pipelined", "carry_over"):        # "false" had been taken as true
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(where, name, f"must be true or false, got {getattr(self, name)!r}")
         for name, most in (("link_mb_per_s", LINK_MB_PER_S[1]), ("gradient_mb", MAX_GRADIENT_MB),
                            ("decode_s_per_reply", MAX_SECONDS)):
             v = getattr(self, name)
@@ -159,11 +160,14 @@ def problem_from_dict(d: dict, source: str = "problem") -> GradCodeProblem:
             raise InputError(source, key, "expected a list")
         return tuple(v)
     n_ok = n if isinstance(n, int) and 0 < n <= MAX_SIZE else 0
+    name = d.get("name", source)
+    if not isinstance(name, str) or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InputError(source, "name", f"expected text without control characters, got {name!r}")
     return GradCodeProblem(
-        name=str(d.get("name", source)), n=n, s=s, k=d.get("k", n),
+        name=name, n=n, s=s, k=d.get("k", n),
         speeds=seq("speeds", [1.0] * n_ok), straggle_prob=seq("straggle_prob", [0.2] * n_ok),
         capacity=seq("capacity", [s + 1 if isinstance(s, int) else 1] * n_ok),
         straggler=model_from_dict(d.get("straggler", {"kind": "exponential"}), source),
-        partition_time_s=d.get("partition_time_s", 0.5), pipelined=bool(d.get("pipelined", False)),
+        partition_time_s=d.get("partition_time_s", 0.5), pipelined=d.get("pipelined", False),
         carry_over=d.get("carry_over", False), **{name: d.get(name, 0.0) for name in TIMING_FIELDS},
         source=source)

@@ -63,3 +63,26 @@ def test_a_trace_inside_the_problem_folder_is_read(tmp_path):
     proc = cli("simulate", "--scheme", "fr", "--instance", path, "--steps", 4, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["straggler"]["trace_file"] == str((inst / "traces" / "d.csv").resolve())
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("n", True, "n"), ("s", "1", "s"), ("k", True, "k"), ("k", 6.0, "k"),
+    ("speeds", [True] * 6, "speeds[0]"), ("straggle_prob", [True] * 6, "straggle_prob[0]"),
+    ("straggle_prob", ["0.1"] * 6, "straggle_prob[0]"), ("capacity", [True] * 6, "capacity[0]"),
+    ("partition_time_s", True, "partition_time_s"), ("pipelined", "false", "pipelined"), ("pipelined", 1, "pipelined"),
+    ("carry_over", "no", "carry_over"), ("link_mb_per_s", True, "link_mb_per_s"), ("gradient_mb", "1", "gradient_mb"),
+    ("decode_s_per_reply", False, "decode_s_per_reply"), ("name", {"a": 1}, "name"), ("name", "a\nb", "name"),
+    ("straggler", {"kind": "exponential", "mean_s": True}, "straggler.mean_s"),
+    ("straggler", {"kind": "pareto", "alpha": "2"}, "straggler.alpha"),
+    ("straggler", {"kind": "markov", "stay": "0.5"}, "straggler.stay"),
+    ("straggler", {"kind": "markov", "stay": True}, "straggler.stay"),
+    ("straggler", {"kind": ["trace"]}, "straggler.kind"),
+])
+def test_every_problem_field_refuses_the_wrong_type(field, value, named):
+    """A boolean is no number, text no boolean: "false" had been taken as true, true as 1.0 and
+    markov's stay "0.5" had been a TypeError traceback."""
+    from pipeplan.core.errors import InputError
+    from pipeplan.formulations.gradcode.problem import problem_from_dict
+    with pytest.raises(InputError) as err:
+        problem_from_dict({**PROBLEM, field: value}, "p.json")
+    assert err.value.source == "p.json" and err.value.field == named

@@ -31,10 +31,15 @@ import numpy as np
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import finite_number
+from pipeplan.formulations.gradcode.problem import MAX_SIZE
 
 SCHEMA = "pipeplan.gradcode-code/1"
 DECODERS = ("groups", "lstsq", "linear")
 STOPS = ("count", "decodable")          # the stopping rule of the lstsq decoder
+# The linear decoder's weight: the published n / ((n - s) x load) is at most n <= MAX_SIZE; at
+# 1e200 the decoding error (the weight squared) passed float range and verify printed inf with
+# a numpy RuntimeWarning
+MAX_LINEAR_WEIGHT = 1e6
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +137,13 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
         raise InputError(source, "support", "entries must be 0 or 1")
     support = support_raw.astype(bool)
     n, k = support.shape
+    for name, have in (("n", n), ("k", k)):     # the problem's limit: a code at n = 20,001 was verified
+        if have > MAX_SIZE:
+            raise InputError(source, "support", f"{have} {'workers' if name == 'n' else 'partitions'}, "
+                                                f"more than {MAX_SIZE:,}")
+        if name in d and (isinstance(d[name], bool) or d[name] != have):
+            raise InputError(source, name, f"{d[name]!r}, but the support has {have} "
+                                           f"{'rows (workers)' if name == 'n' else 'columns (partitions)'}")
     B = _matrix(d, "B", source, np.float64) if "B" in d else support.astype(np.float64)
     if B.shape != support.shape:
         raise InputError(source, "B", f"shape {B.shape}, support is {support.shape}")
@@ -157,8 +169,9 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
     if isinstance(wait, bool) or not isinstance(wait, int) or not 1 <= wait <= n:
         raise InputError(source, "wait", f"must be an integer in 1..{n}, got {wait!r}")
     weight = d.get("linear_weight", n / ((n - s) * max(1, int(support.sum(axis=1).max()))))
-    if decoder == "linear" and (not isinstance(weight, (int, float)) or not weight > 0):
-        raise InputError(source, "linear_weight", f"must be positive, got {weight!r}")
+    if not finite_number(weight) or not 0 < weight <= MAX_LINEAR_WEIGHT:   # true, 1e999, 10**400 had passed
+        raise InputError(source, "linear_weight", f"must be a number above 0 and at most {MAX_LINEAR_WEIGHT:g}, "
+                                                  f"got {weight!r}")
     stop = d.get("stop", "count")
     if stop not in STOPS or (stop != "count" and decoder != "lstsq"):
         raise InputError(source, "stop", f"expected {' or '.join(STOPS)} ('decodable' only with the lstsq decoder), "
@@ -168,9 +181,14 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
         schedule = _matrix(d, "schedule", source, float)
         if schedule.shape[1] != n or not (schedule == np.round(schedule)).all():
             raise InputError(source, "schedule", f"expected rows of {n} integer partition indices (one per worker)")
-        schedule = schedule.astype(np.int64)
-        if ((schedule < -1) | (schedule >= k)).any():
+        if ((schedule < -1) | (schedule >= k)).any():     # before the cast (1e300 warned in it)
             raise InputError(source, "schedule", f"partition indices must be in -1..{k - 1}")
-    return GradientCode(scheme=str(d.get("scheme", "custom")), s=s, support=support, B=B, decoder=decoder,
+        schedule = schedule.astype(np.int64)
+    scheme, meta = d.get("scheme", "custom"), d.get("meta", {})
+    if not isinstance(scheme, str) or any(ord(c) < 32 or ord(c) == 127 for c in scheme):
+        raise InputError(source, "scheme", f"expected text without control characters, got {scheme!r}")
+    if not isinstance(meta, dict):            # 5, "ab" and [1, 2] had been tracebacks from dict(...)
+        raise InputError(source, "meta", f"expected an object, got {meta!r}")
+    return GradientCode(scheme=scheme, s=s, support=support, B=B, decoder=decoder,
                         wait=wait, groups=groups, linear_weight=float(weight) if decoder == "linear" else 0.0,
-                        schedule=schedule, meta=dict(d.get("meta", {})), stop=stop)
+                        schedule=schedule, meta=dict(meta), stop=stop)

@@ -86,3 +86,34 @@ def test_every_problem_field_refuses_the_wrong_type(field, value, named):
     with pytest.raises(InputError) as err:
         problem_from_dict({**PROBLEM, field: value}, "p.json")
     assert err.value.source == "p.json" and err.value.field == named
+
+
+CODE = json.loads((GOOD / "gradcode_code.json").read_text())
+
+
+def test_a_code_of_more_workers_than_a_problem_may_have_is_refused(tmp_path):
+    """The problem's limit (10,000 workers or partitions): a code of 20,001 workers was verified."""
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"schema": CODE["schema"], "s": 1, "support": [[1]] * 10_001}))
+    assert_input_error(cli("verify", "--code", big), "big.json", "support", "10001 workers, more than 10,000")
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"n": 7}, "n"), ({"k": 5}, "k"), ({"n": True}, "n"), ({"linear_weight": 1e200}, "linear_weight"),
+    ({"linear_weight": 0}, "linear_weight"), ({"linear_weight": "1"}, "linear_weight"), ({"meta": "ab"}, "meta"),
+    ({"scheme": "a\nb"}, "scheme"),
+])
+def test_code_fields_of_the_wrong_type_or_size_are_refused(changes, named):
+    from pipeplan.core.errors import InputError
+    from pipeplan.formulations.gradcode.gradient_code import code_from_dict
+    with pytest.raises(InputError) as err:
+        code_from_dict({**CODE, **changes}, "c.json")
+    assert err.value.source == "c.json" and err.value.field == named
+
+
+def test_a_linear_weight_within_range_is_kept():
+    from pipeplan.formulations.gradcode.gradient_code import MAX_LINEAR_WEIGHT, code_from_dict
+    doc = {k: v for k, v in CODE.items() if k != "groups"}
+    code = code_from_dict({**doc, "decoder": "linear", "linear_weight": MAX_LINEAR_WEIGHT}, "c.json")
+    assert code.linear_weight == MAX_LINEAR_WEIGHT
+    assert code_from_dict(code.to_dict()).same_as(code)

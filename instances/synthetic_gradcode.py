@@ -13,15 +13,19 @@ import re
 import numpy as np
 
 from pipeplan.core.errors import InputError
-from pipeplan.formulations.gradcode.problem import GradCodeProblem
+from pipeplan.formulations.gradcode.problem import MAX_SIZE, GradCodeProblem
 from pipeplan.instances.gradcode_clusters import TIERS, heterogeneous_problem
 
 NAME = re.compile(r"^gradcode/synthetic-n(?P<n>\d+)(?:-s(?P<s>\d+))?(?P<pipe>-pipe)?(?:-seed(?P<seed>\d+))?$")
+# The largest seed in a name: --seed's range (pipeplan.core.api.MAX_SEED, which this layer may
+# not import; a test keeps the two equal)
+MAX_SEED = 2 ** 31 - 1
 
 
 def synthetic_gradcode(n: int, seed: int = 0, *, s: int = 2, pipelined: bool = False) -> GradCodeProblem:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError("--n", "", f"need at least one worker, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SIZE:
+        # before the n tiers are drawn: n = 2e7 had taken 2.5 GB, 1e8 a MemoryError
+        raise InputError("--n", "", f"need 1 to {MAX_SIZE:,} workers, got {n!r}")
     if not 0 <= s < n:
         raise InputError("--s", "", f"s = {s} must satisfy 0 <= s < n = {n}")
     pattern = "".join(np.random.default_rng(seed).choice(sorted(TIERS), size=n))
@@ -30,8 +34,28 @@ def synthetic_gradcode(n: int, seed: int = 0, *, s: int = 2, pipelined: bool = F
 
 
 def synthetic_by_name(name: str) -> GradCodeProblem | None:
-    """The synthetic instance a ``gradcode/synthetic-...`` name stands for (None: not such a name)."""
+    """The synthetic instance a ``gradcode/synthetic-...`` name stands for (None: not such a name).
+    Its numbers are checked as text first: n of 5,000 digits had been a ValueError traceback
+    (past Python's digit limit for int()), n = 2e7 had drawn 2.5 GB of tiers before a refusal."""
     m = NAME.match(name)
     if m is None:
         return None
-    return synthetic_gradcode(int(m["n"]), int(m["seed"] or 0), s=int(m["s"] or 2), pipelined=bool(m["pipe"]))
+    shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name):,} characters)"
+
+    def number(group: str, most: int, default: int) -> int:
+        text = m[group]
+        if text is None:
+            return default
+        digits = text.lstrip("0") or "0"
+        if len(digits) > len(str(most)) or int(digits) > most:
+            raise InputError(shown, group, f"{digits if len(digits) <= 20 else f'a {len(digits):,}-digit number'} "
+                                           f"is above {most:,}")
+        return int(digits)
+
+    n = number("n", MAX_SIZE, 0)
+    if n < 1:
+        raise InputError(shown, "n", "need at least one worker")
+    s = number("s", MAX_SIZE, 2)
+    if s >= n:
+        raise InputError(shown, "s", f"s = {s} must be below n = {n}")
+    return synthetic_gradcode(n, number("seed", MAX_SEED, 0), s=s, pipelined=bool(m["pipe"]))

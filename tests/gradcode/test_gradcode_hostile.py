@@ -117,3 +117,36 @@ def test_a_linear_weight_within_range_is_kept():
     code = code_from_dict({**doc, "decoder": "linear", "linear_weight": MAX_LINEAR_WEIGHT}, "c.json")
     assert code.linear_weight == MAX_LINEAR_WEIGHT
     assert code_from_dict(code.to_dict()).same_as(code)
+
+
+@pytest.mark.parametrize("name,field,needle", [
+    ("gradcode/synthetic-n20000000", "n", "20000000 is above 10,000"),
+    ("gradcode/synthetic-n100000000", "n", "100000000 is above 10,000"),
+    ("gradcode/synthetic-n" + "1" * 5000, "n", "a 5,000-digit number is above 10,000"),
+    ("gradcode/synthetic-n12-s" + "9" * 5000, "s", "a 5,000-digit number"),
+    ("gradcode/synthetic-n12-s2-seed" + "7" * 5000, "seed", "a 5,000-digit number is above 2,147,483,647"),
+    ("gradcode/synthetic-n12-s2-seed2147483648", "seed", "2147483648 is above 2,147,483,647"),
+    ("gradcode/synthetic-n0", "n", "need at least one worker"),
+    ("gradcode/synthetic-n6-s6", "s", "s = 6 must be below n = 6"),
+])
+def test_synthetic_names_are_checked_before_anything_is_drawn(name, field, needle):
+    """n = 2e7 had drawn 2.5 GB of tiers before its refusal, 1e8 died of a MemoryError, and 5,000
+    digits were a ValueError traceback from int(); the error is short whatever the name's length."""
+    proc = cli("place", "--scheme", "fr", "--instance", name)
+    assert_input_error(proc, f": {field}: {needle}")
+    assert len(proc.stderr) < 300 and proc.stdout == ""
+
+
+def test_synthetic_gradcode_refuses_more_workers_than_the_limit_first():
+    from pipeplan.core.errors import InputError
+    from pipeplan.instances.synthetic_gradcode import synthetic_by_name, synthetic_gradcode
+    with pytest.raises(InputError, match="need 1 to 10,000 workers"):
+        synthetic_gradcode(10 ** 12)          # no 10^12-element draw
+    p = synthetic_by_name("gradcode/synthetic-n0012-s1-pipe-seed3")
+    assert (p.n, p.s, p.pipelined, p.name) == (12, 1, True, "gradcode/synthetic-n12-s1-pipe-seed3")
+
+
+def test_a_names_seed_has_the_range_of_the_seed_option():
+    from pipeplan.core.api import MAX_SEED
+    from pipeplan.instances import synthetic_gradcode
+    assert synthetic_gradcode.MAX_SEED == MAX_SEED

@@ -150,3 +150,19 @@ def test_a_names_seed_has_the_range_of_the_seed_option():
     from pipeplan.core.api import MAX_SEED
     from pipeplan.instances import synthetic_gradcode
     assert synthetic_gradcode.MAX_SEED == MAX_SEED
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS) + ["verify --code"])
+@pytest.mark.parametrize("seed", [2 ** 31, 99999999999999999999])
+def test_the_seed_is_checked_by_every_gradcode_command(command, seed):
+    """The documented range 0..2^31-1 had been checked only on the paths through pipeplan.solve."""
+    args = ("verify", "--code", GOOD / "gradcode_code.json") if command == "verify --code" else (
+        *COMMANDS[command], "--n", 6, "--s", 1)
+    proc = cli(*args, "--seed", seed)
+    assert_input_error(proc, "--seed", "must be an integer from 0 to 2147483647")
+    assert proc.stdout == ""
+
+
+def test_the_largest_seed_is_taken():
+    proc = cli("simulate", "--scheme", "fr", "--n", 6, "--s", 1, "--steps", 10, "--seed", 2 ** 31 - 1)
+    assert proc.returncode == 0, proc.stderr

@@ -168,7 +168,7 @@ def place_cmd(scheme: str = typer.Option(..., "--scheme", help=SCHEME_HELP), n: 
               out: Optional[Path] = typer.Option(None, "--out", help="write the code JSON here")):
     """Build a placement: support, encoding matrix B, decoder and (pipelined) per-step schedule."""
     from pipeplan.core.io import write_json
-    check_limits(time_limit)
+    check_limits(time_limit, seed=seed)
     problem = _problem(instance, n, s, pipelined=pipelined)
     code, result = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend=backend,
                               objective=objective, time_limit=time_limit)
@@ -207,6 +207,7 @@ def verify_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEM
     from pipeplan.formulations.gradcode.verifier import METHODS, verify
     if (scheme is None) == (code_file is None):
         raise InputError("verify", "", "give exactly one of --scheme, --code")
+    check_limits(None, seed=seed)
     if samples < 1 or max_sets < 1:
         raise InputError("--samples" if samples < 1 else "--max-sets", "", "must be >= 1")
     if method not in METHODS:
@@ -244,6 +245,7 @@ def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler
     file fixes n and s unless an instance or --n/--s say otherwise (then they must agree)."""
     if (scheme is None) == (code_file is None):
         raise InputError(command, "", "give exactly one of --scheme, --code")
+    check_limits(None, seed=seed)
     _check_options(prob, partition_time)
     if code_file is not None:
         code = _load_code(code_file)

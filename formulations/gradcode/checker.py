@@ -76,11 +76,19 @@ def violations(code: GradientCode, problem: GradCodeProblem | None = None) -> li
         elif stale > s:
             out.append(f"schedule: staleness {stale} exceeds s = {s}")
     if problem is not None:
-        for name, mine, theirs in (("n", n, problem.n), ("k", k, problem.k), ("s", s, problem.s)):
-            if mine != theirs:
-                out.append(f"code has {name} = {mine}, problem has {name} = {theirs}")
-        if n == problem.n:
-            held = code.support.sum(axis=1)
-            for i in np.flatnonzero(held > np.array(problem.capacity)):
-                out.append(f"worker {i} stores {held[i]} partitions, capacity {problem.capacity[i]}")
+        out += [message for _, message in misfits(code, problem)]
+    return out
+
+
+def misfits(code: GradientCode, problem: GradCodeProblem) -> list[tuple[str, str]]:
+    """(field of the code, what is wrong) for every way the code does not fit the problem: its
+    n, k and s differ from the problem's, or a worker stores more partitions than its capacity."""
+    out = []
+    for name, mine, theirs in (("n", code.n, problem.n), ("k", code.k, problem.k), ("s", code.s, problem.s)):
+        if mine != theirs:
+            out.append((name, f"code has {name} = {mine}, problem has {name} = {theirs}"))
+    if code.n == problem.n:
+        held = code.support.sum(axis=1)
+        for i in np.flatnonzero(held > np.array(problem.capacity)):
+            out.append((f"support[{i}]", f"worker {i} stores {held[i]} partitions, capacity {problem.capacity[i]}"))
     return out

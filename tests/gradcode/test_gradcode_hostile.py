@@ -166,3 +166,37 @@ def test_the_seed_is_checked_by_every_gradcode_command(command, seed):
 def test_the_largest_seed_is_taken():
     proc = cli("simulate", "--scheme", "fr", "--n", 6, "--s", 1, "--steps", 10, "--seed", 2 ** 31 - 1)
     assert proc.returncode == 0, proc.stderr
+
+
+BAD = Path(__file__).resolve().parents[1] / "bad_inputs" / "gradcode_code"
+
+
+@pytest.mark.parametrize("command", ["simulate", "train", "verify"])
+@pytest.mark.parametrize("code,needle", [
+    ("s_not_the_instances.json", ": s: code has s = 4, problem has s = 1 (the instance corpus/hetero-n6-s1)"),
+    ("k_not_the_instances.json", ": k: code has k = 2, problem has k = 6"),
+    ("above_capacity.json", ": support[1]: worker 1 stores 3 partitions, capacity 2"),
+])
+def test_a_code_must_fit_the_instance_given_with_it(command, code, needle, tmp_path):
+    steps = () if command == "verify" else ("--steps", 5)
+    out = () if command == "verify" else ("--out", tmp_path / "out.json")
+    proc = cli(command, "--code", BAD / code, "--instance", GOOD / "gradcode_problem.json", *steps, *out)
+    assert_input_error(proc, code + needle)
+    assert proc.stdout == "" and not (tmp_path / "out.json").exists()
+    alone = cli(command, "--code", BAD / code, *steps)        # each is a valid code on its own
+    assert alone.returncode == 0, alone.stderr
+
+
+def test_a_code_must_have_the_s_given_with_it():
+    proc = cli("simulate", "--code", GOOD / "gradcode_code.json", "--s", 1, "--steps", 10)
+    assert_input_error(proc, "gradcode_code.json: s: code has s = 2, problem has s = 1 (--n/--s)")
+    proc = cli("verify", "--code", GOOD / "gradcode_code.json", "--n", 7)
+    assert_input_error(proc, "gradcode_code.json: n: code has n = 6, problem has n = 7 (--n/--s)")
+
+
+def test_a_code_placed_for_an_instance_runs_on_it(tmp_path):
+    code = tmp_path / "fr.json"
+    assert cli("place", "--scheme", "fr", "--instance", GOOD / "gradcode_problem.json", "--out", code).returncode == 0
+    for command in (("simulate", "--steps", 10), ("train", "--steps", 3), ("verify",)):
+        proc = cli(command[0], "--code", code, "--instance", GOOD / "gradcode_problem.json", *command[1:])
+        assert proc.returncode == 0, proc.stderr

@@ -212,8 +212,11 @@ def verify_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEM
         raise InputError("--samples" if samples < 1 else "--max-sets", "", "must be >= 1")
     if method not in METHODS:
         raise InputError("--method", "", f"unknown method {method!r} ({', '.join(METHODS)})")
-    if code_file is not None:
+    if code_file is not None and (instance, n, s) == (None, None, None):
         code = _load_code(code_file)
+    elif code_file is not None:       # the code must fit the instance (or --n/--s) given with it
+        _, code = _problem_and_code("verify", None, code_file, instance, n, s, None, None, None, seed=seed,
+                                    tries=tries, decoder=decoder)
     else:
         problem = _problem(instance, n, s)
         code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
@@ -255,9 +258,21 @@ def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler
     if code_file is None:
         code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
                              objective="expected", time_limit=30.0)
-    elif code.n != problem.n:
-        raise InputError(str(code_file), "n", f"code has n = {code.n}, the problem n = {problem.n}")
+    else:
+        _check_fit(code, code_file, problem, instance)
     return problem, code
+
+
+def _check_fit(code, code_file, problem, instance) -> None:
+    """The code must fit the problem: the same n and s, and with an instance (whose k and
+    capacities are real, where --n/--s give n workers of capacity s+1 and k = n) the same k and
+    no worker storing more partitions than its capacity. A code of s = 4 storing six partitions
+    per worker had run against an instance of s = 1 and capacities 2-3."""
+    from pipeplan.formulations.gradcode.checker import misfits
+    against = f"the instance {problem.name}" if instance else "--n/--s"
+    for field, message in misfits(code, problem):
+        if instance or field in ("n", "s"):
+            raise InputError(str(code_file), field, f"{message} ({against})")
 
 
 @app.command("simulate")

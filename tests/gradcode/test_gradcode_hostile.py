@@ -200,3 +200,15 @@ def test_a_code_placed_for_an_instance_runs_on_it(tmp_path):
     for command in (("simulate", "--steps", 10), ("train", "--steps", 3), ("verify",)):
         proc = cli(command[0], "--code", code, "--instance", GOOD / "gradcode_problem.json", *command[1:])
         assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("steps,env,needle", [
+    (10 ** 12, None, "needs about"),                        # had died allocating 87.3 TiB
+    (100_001, None, "at most 100,000 training steps per run"),   # 4e7 had run for days
+    (100_000, {"PIPEPLAN_MAX_MEMORY_MB": "64"}, "100000 needs about 269 MiB of memory, above the limit of 64 MiB"),
+])
+def test_study_steps_are_refused_from_an_estimate_before_any_work(steps, env, needle, tmp_path):
+    out = tmp_path / "study"
+    proc = run_cli("gradcode", "study", "--quick", "--steps", steps, "--out", out, env=env)
+    assert_input_error(proc, "--steps", needle)
+    assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -28,6 +28,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 SIMULATE_BYTES_PER_STEP = 24
 VERIFY_BYTES_PER_SET_AND_WORKER = 32
 TRAIN_BYTES_PER_STEP = 256
+# gradcode study's --steps per training run: a step takes about 1 ms (softmax) to 8 ms (mlp) on
+# one core, so 100,000 steps (400x the default) are about 15 min for --quick's 8 runs and most
+# of a day for the full study's 192; --steps 40000000 would have run for days, 10^12 died
+# allocating 87 TiB
+MAX_STUDY_STEPS = 100_000
 
 SCHEME_HELP = listed("training schemes")
 
@@ -414,6 +419,12 @@ def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out", help="
             raise InputError("--models", "", f"unknown model {m!r} ({', '.join(MODELS)})")
     if steps < 10:
         raise InputError("--steps", "", f"need at least 10 steps, got {steps}")
+    from pipeplan.app.studies.gradcode import STUDY_N, STUDY_SCHEMES
+    # a setting's runs of every scheme are kept for its plot (the timing study's one at a time)
+    check_memory("--steps", steps, len(STUDY_SCHEMES) * (TRAIN_BYTES_PER_STEP + 8 * STUDY_N))
+    if steps > MAX_STUDY_STEPS:
+        raise InputError("--steps", "", f"at most {MAX_STUDY_STEPS:,} training steps per run, got {steps:,} (a run "
+                         "trains about 1,000 steps a second, and the study makes 8 runs with --quick, 192 without)")
     check_limits(time_limit)
     with staged_folder(out) as stage, _progress("gradcode study") as progress:
         md = run_study(stage, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress,

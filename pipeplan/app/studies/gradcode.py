@@ -29,6 +29,7 @@ from pipeplan.app.studies.gradcode_training_setup import TARGET_LOSS, study_code
 from pipeplan.core.io import write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 
+STUDY_N = 12              # workers of every training run (the PGC experiments' n)
 STUDY_SCHEMES = ("uncoded", "gc-fr", "gc-cr", "ignore-sgd", "ignore-gc", "pgc-fr", "pgc-cr", "pgc-cr-lstsq")
 ASSIGNMENT_INSTANCES = ("gradcode/homog-n12-s2", "gradcode/hetero-n12-s1", "gradcode/hetero-n12-s2",
                         "gradcode/hetero-n12-s3", "gradcode/hetero-n12-s2-markov", "gradcode/hetero-n12-s1-pipe",
@@ -66,12 +67,12 @@ def training_study(out: Path, *, steps: int, models: list[str], s_values, means,
         target = TARGET_LOSS[model]
         for s in s_values:
             for mean in means:
-                problem = homogeneous_problem(12, s, straggler=StragglerModel(kind="exponential", mean_s=mean))
+                problem = homogeneous_problem(STUDY_N, s, straggler=StragglerModel(kind="exponential", mean_s=mean))
                 runs = {}
                 for scheme in STUDY_SCHEMES:
                     if progress:
                         progress(done, total, f"{model} s={s} mean={mean} {scheme}")
-                    run = train_simulated(problem, study_code(scheme, 12, s), model=model, steps=steps, seed=0)
+                    run = train_simulated(problem, study_code(scheme, STUDY_N, s), model=model, steps=steps, seed=0)
                     runs[scheme] = run
                     done += 1
                     rows.append({"model": model, "s": s, "delay_mean_s": mean, "scheme": scheme,

@@ -28,6 +28,12 @@ from pipeplan.formulations.mapping.profile import Reader
 from pipeplan.profiles.roofline import MAX_THREADS
 
 MAX_ELEMENTS = 2**31 - 1   # elements of one tensor of one frame (ONNX Runtime's int32 limit)
+# The tensor types a manifest may declare: ONNX's numeric and bool types that numpy has, one value
+# per element. A subarray ('(15000,15000)f4'), structured ('i4,i4'), object, string, void, datetime
+# or byte-swapped dtype is refused: its elements are not one value each (a subarray dtype made the
+# element-count check bound nothing), and ONNX Runtime takes none of them.
+DTYPES = tuple(np.dtype(name) for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                           "uint64", "float16", "float32", "float64", "complex64", "complex128"))
 
 MANIFEST_SCHEMA = "pipeplan.manifest/1"
 MANIFEST_FILE = "manifest.json"
@@ -127,10 +133,7 @@ def load_manifest(folder: str | Path) -> Manifest:
                 raise r.fail(f"{fld}[{i}].shape", "expected a list of dimensions (sizes >= 0, names or null)")
             if math.prod(d if isinstance(d, int) else 1 for d in shape) > MAX_ELEMENTS:
                 raise r.fail(f"{fld}[{i}].shape", f"more than {MAX_ELEMENTS} elements in one frame")
-            try:
-                dtype = np.dtype(r.string(r.get(t, "dtype", f"{fld}[{i}]"), f"{fld}[{i}].dtype"))
-            except TypeError:
-                raise r.fail(f"{fld}[{i}].dtype", f"unknown dtype {t['dtype']!r}") from None
+            dtype = _plain_dtype(r, r.get(t, "dtype", f"{fld}[{i}]"), f"{fld}[{i}].dtype")
             out.append(TensorSpec(r.string(r.get(t, "name", f"{fld}[{i}]"), f"{fld}[{i}].name"),
                                   tuple(shape), dtype))
         return tuple(out)
@@ -192,6 +195,21 @@ def load_manifest(folder: str | Path) -> Manifest:
                     predicted={k: r.number(r.get(predicted, k, "predicted"), f"predicted.{k}")
                                for k in ("period_ms", "latency_ms")},
                     platform=platform_name, instance=instance)
+
+
+def _plain_dtype(r: Reader, value: Any, fld: str) -> np.dtype:
+    """The dtype ``value`` names, one of :data:`DTYPES`. numpy's parser raises TypeError,
+    ValueError or SyntaxError (``'i4,('``), and more, for strings it cannot read: each is this
+    field's one-line error."""
+    text = r.string(value, fld)
+    try:
+        dtype = np.dtype(text)
+    except Exception:  # noqa: BLE001  (whatever numpy's dtype parser raises)
+        raise r.fail(fld, f"unknown dtype {text[:40]!r}") from None
+    if dtype not in DTYPES:
+        raise r.fail(fld, f"expected a plain numeric or bool dtype ({', '.join(d.name for d in DTYPES)}), "
+                          f"got {text[:40]!r}")
+    return dtype
 
 
 def _check_data_flow(r: Reader, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],

@@ -44,11 +44,11 @@ import onnxruntime as ort
 
 from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError, brief_error
-from pipeplan.core.sizes import check_memory
+from pipeplan.core.sizes import check_bytes, check_memory, human_bytes
 from pipeplan.deploy.manifest import GroupSpec, Manifest, StageSpec, TensorSpec, load_manifest
 from pipeplan.deploy.runtime import CPU_PROVIDER, make_session, pin_current_thread, usable_cores
-from pipeplan.profiles.ort_guard import RunGuard
-from pipeplan.profiles.random_feeds import Feed, check_feeds, draw_bytes, feed_bytes, random_feeds
+from pipeplan.profiles.ort_guard import RunGuard, reserve_outside_arena
+from pipeplan.profiles.random_feeds import Feed, draw_bytes, random_feeds
 
 HOST_PLATFORM = "host"  # profiles/platforms/host.json: its PUs C0, C1... are this machine's CPU threads
 OVERSUBSCRIPTION = 4  # threads of one PU per host CPU beyond which a run is refused, not attempted
@@ -56,6 +56,9 @@ QUEUE_DEPTH = 2  # frames waiting between two stages; enough to absorb jitter, b
 # input frames a run holds at once at least: the one the feeder draws, QUEUE_DEPTH before stage 0, one in it
 MIN_INPUT_FRAMES_HELD = QUEUE_DEPTH + 2
 RTOL, ATOL = 1e-4, 1e-5
+# Elements compared at a time by the reference check: its float64 differences take at most
+# 512 KiB beside the outputs (input frames are drawn a chunk at a time too: random_feeds.py)
+CHUNK = 1 << 16
 
 
 def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
@@ -73,13 +76,14 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     check_frames(frames)
     guard = RunGuard(time_limit_s)
     m = manifest or load_manifest(folder)
-    check_memory("--frames", frames, kept_bytes_per_frame(m.outputs), fixed=check_inputs(m))
+    _, held_bytes = check_run_memory(m, frames)
     host_cpus = os.cpu_count() or 1
     for pu, rt in m.pus.items():
         if rt["intra_op_threads"] > OVERSUBSCRIPTION * host_cpus:
             raise InputError(m.source, f"pus.{pu}.intra_op_threads",
                              f"{rt['intra_op_threads']} threads on a host with {host_cpus} CPUs "
                              f"(at most {OVERSUBSCRIPTION}x as many threads as CPUs)")
+    reserve_outside_arena(held_bytes)   # the input frames are numpy's; outputs and the rest ONNX Runtime's
     cores = {pu: usable_cores(rt["cores"]) for pu, rt in m.pus.items()}
     sessions = _sessions(m, cores)
     failures: list[InputError] = []
@@ -105,8 +109,13 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
         try:
             while (item := queues[-1].get()) is not None:
                 f, tensors = item
+                got = [tensors[t.name] for t in m.outputs]
+                fault = _unlike_declared(m.outputs, got, "the pipeline")
+                if fault:    # a group's own declaration may differ from the network's: keep no more
+                    failures.append(InputError(m.source, f"outputs[{fault[0]}]", fault[1]))
+                    continue
                 leave[f] = time.perf_counter()
-                outputs[f] = [tensors[t.name] for t in m.outputs]
+                outputs[f] = got
                 if progress:
                     progress(len(outputs), frames)
         finally:
@@ -140,28 +149,43 @@ def check_frames(frames: int) -> None:
 def kept_bytes_per_frame(outputs: Iterable[TensorSpec]) -> int:
     """Memory a run holds per frame until its end: every frame's network ``outputs`` are kept
     for the reference check, twice (ours and the reference's)."""
-    return 2 * sum(math.prod(t.concrete_shape()) * t.dtype.itemsize for t in outputs)
+    return 2 * sum(_bytes(t) for t in outputs)
 
 
-def input_frames_held(m: Manifest) -> int:
-    """Frames whose inputs may be alive at once: the one the feeder draws, QUEUE_DEPTH waiting
-    before stage 0, the one in it, and, where a stage hands a network input on to the next (a
-    later stage reads it), QUEUE_DEPTH and one more per stage it reaches."""
-    held = MIN_INPUT_FRAMES_HELD
-    for spec in m.stages[:-1]:
-        if not any(t.name in spec.sends for t in m.inputs):
-            break
-        held += QUEUE_DEPTH + 1
-    return held
+def _bytes(t: TensorSpec) -> int:
+    return math.prod(t.concrete_shape()) * t.dtype.itemsize
 
 
-def check_inputs(m: Manifest) -> int:
-    """Refuse the random input frames a run holds at once above the memory cap, before any is
-    drawn (a manifest's input may declare 2^31 - 1 float64 elements, 16 GiB a frame); returns
-    their bytes, which ``--frames``' check adds to the kept outputs."""
-    feeds = _feeds(m.inputs)
-    check_feeds(feeds, m.source, "inputs", frames=input_frames_held(m))
-    return input_frames_held(m) * feed_bytes(feeds) + draw_bytes(feeds)
+def input_frames_held(m: Manifest, frames: int) -> int:
+    """The most frames whose network inputs a run holds at once (at most ``frames``): the one the
+    feeder builds, :data:`QUEUE_DEPTH` waiting for stage 0 and the one stage 0 works on
+    (:data:`MIN_INPUT_FRAMES_HELD`); then, after each stage that hands a network input on,
+    :data:`QUEUE_DEPTH` more waiting and the one the next stage (or the collector) holds. The
+    reference check after the run builds one frame at a time again, by then alone."""
+    names = {t.name for t in m.inputs}
+    held = MIN_INPUT_FRAMES_HELD + sum(QUEUE_DEPTH + 1 for stage in m.stages if names & set(stage.sends))
+    return min(frames, held)
+
+
+def check_run_memory(m: Manifest, frames: int) -> tuple[int, int]:
+    """Refuse a run whose frames would not fit the memory cap, before anything is allocated;
+    returns (bytes kept per frame, bytes of the input frames held at once, with one draw's
+    buffer) for a caller adding up several runs. The input frames a run holds at once
+    (:func:`input_frames_held`, from the manifest's declared input shapes) are the manifest's
+    to answer for: past the cap alone they are its one-line error naming the largest input; what
+    the frames kept to the end add (:func:`kept_bytes_per_frame`) is ``--frames``' error."""
+    held = input_frames_held(m, frames)
+    in_bytes = sum(_bytes(t) for t in m.inputs)
+    held_bytes = held * in_bytes + draw_bytes(_feeds(m.inputs))
+    if m.inputs:
+        k, big = max(enumerate(m.inputs), key=lambda e: _bytes(e[1]))
+        check_bytes(m.source, f"inputs[{k}].shape",
+                    f"holding {held} frames of the network's inputs at once while the pipeline streams "
+                    f"({human_bytes(in_bytes)} a frame; {big.name} {list(big.concrete_shape())} "
+                    f"{big.dtype.name} the largest)", held_bytes)
+    kept = kept_bytes_per_frame(m.outputs)
+    check_memory("--frames", frames, kept, fixed=held_bytes)
+    return kept, held_bytes
 
 
 def _feeds(specs: Iterable[TensorSpec]) -> list[Feed]:
@@ -170,7 +194,8 @@ def _feeds(specs: Iterable[TensorSpec]) -> list[Feed]:
 
 def frame_inputs(specs: tuple[TensorSpec, ...], seed: int, frame: int) -> dict[str, np.ndarray]:
     """The network inputs of frame ``frame``: standard-normal floats, random booleans,
-    integers 0 or 1 (valid as indices), drawn without a float64 copy (profiles/random_feeds.py)."""
+    integers 0 or 1 (valid as indices), drawn a chunk at a time into the tensor's own dtype
+    (profiles/random_feeds.py: the same values as drawn whole before, no float64 copy)."""
     return random_feeds(np.random.default_rng([seed, frame]), _feeds(specs))
 
 
@@ -225,7 +250,29 @@ class _PuRunner:
                                             f"ONNX Runtime failed on {grp.path.name} ({brief_error(exc, limit=300)})"))
             return
         self.busy_s += time.perf_counter() - start
+        fault = _unlike_declared(grp.output_specs, values, grp.path.name)
+        if fault:
+            k, message = fault
+            self.failures.append(InputError(self.m.source, f"stages[{self.stage.index}].groups[{j}].outputs[{k}]",
+                                            message))
+            return
         tensors.update(zip(grp.outputs, values))
+
+
+def _unlike_declared(specs: tuple[TensorSpec, ...], values: list[Any], file: str) -> tuple[int, str] | None:
+    """The first of ``values`` (what ``file`` made) that is not the tensor ``specs`` declare:
+    (its index, why). A declared size must be the size made; a named dimension (the batch, or a
+    size only the run decides) may take any size. The memory estimate counts declared sizes, so
+    a model making more than its manifest says (a Relu of symbolic length declared [1]) stops
+    at its first frame instead of filling the memory cap frame after frame."""
+    for k, (spec, value) in enumerate(zip(specs, values)):
+        if not isinstance(value, np.ndarray):
+            return k, f"{file} makes {spec.name} as a {type(value).__name__}, the manifest declares a tensor"
+        if value.dtype != spec.dtype or value.ndim != len(spec.shape) or any(
+                isinstance(d, int) and d != n for d, n in zip(spec.shape, value.shape)):
+            return k, (f"{file} makes {spec.name} of shape {list(value.shape)} {value.dtype.name}, the manifest "
+                       f"declares {list(spec.shape)} {spec.dtype.name}")
+    return None
 
 
 class _StageWorker:
@@ -301,9 +348,18 @@ def _compare_with_reference(m: Manifest, outputs: dict[int, list[np.ndarray]], s
         except Exception as exc:  # ORT's own error types, or the stop at the deadline
             guard.check_time_limit(str(Path(m.source).parent))
             raise InputError(str(m.reference), "", f"ONNX Runtime failed on it ({brief_error(exc, limit=300)})") from None
+        fault = _unlike_declared(m.outputs, want, m.reference.name)
+        if fault:
+            raise InputError(m.source, f"outputs[{fault[0]}]", fault[1])
         for a, b in zip(got, want):
-            match &= bool(np.allclose(a, b, rtol=RTOL, atol=ATOL))
-            max_diff = max(max_diff, float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0)
+            if a.shape != b.shape:    # both as declared, a named dimension apart
+                match = False
+                continue
+            a, b = a.reshape(-1), b.reshape(-1)
+            for start in range(0, a.size, CHUNK):   # float64 differences a piece at a time
+                x, y = a[start:start + CHUNK], b[start:start + CHUNK]
+                match &= bool(np.allclose(x, y, rtol=RTOL, atol=ATOL))
+                max_diff = max(max_diff, float(np.max(np.abs(x.astype(np.float64) - y))))
     return match, max_diff
 
 

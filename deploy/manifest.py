@@ -58,6 +58,7 @@ class GroupSpec:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     depends_on: tuple[str, ...]
+    output_specs: tuple[TensorSpec, ...] = ()   # the declared shape and dtype of each of ``outputs``
 
 
 @dataclass(frozen=True)
@@ -177,11 +178,12 @@ def load_manifest(folder: str | Path) -> Manifest:
             for d in deps:
                 if d not in earlier:
                     raise r.fail(f"{gfld}.depends_on", f"{d!r} is not an earlier group of the stage")
-            groups.append(GroupSpec(r.string(r.get(grp, "id", gfld), f"{gfld}.id"), pu,
-                                    _checked_model(r, folder, grp, gfld),
-                                    tuple(t.name for t in tensors(r.get(grp, "inputs", gfld), f"{gfld}.inputs")),
-                                    tuple(t.name for t in tensors(r.get(grp, "outputs", gfld), f"{gfld}.outputs")),
-                                    deps))
+            gid = r.string(r.get(grp, "id", gfld), f"{gfld}.id")
+            path = _checked_model(r, folder, grp, gfld)
+            reads = tensors(r.get(grp, "inputs", gfld), f"{gfld}.inputs")
+            made = tensors(r.get(grp, "outputs", gfld), f"{gfld}.outputs")
+            groups.append(GroupSpec(gid, pu, path, tuple(t.name for t in reads), tuple(t.name for t in made),
+                                    deps, made))
         stages.append(StageSpec(s, tuple(groups), names(r.get(raw, "sends", fld), f"{fld}.sends")))
     _check_data_flow(r, inputs, outputs, stages)
     predicted = r.obj(r.get(doc, "predicted", ""), "predicted")

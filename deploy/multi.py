@@ -47,7 +47,7 @@ from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, inside_folder, load_json
 from pipeplan.core.sizes import check_memory
-from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, check_inputs, kept_bytes_per_frame, run_export
+from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, check_run_memory, run_export
 from pipeplan.deploy.export import _check_target as check_single_target
 from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest, sha256_of
@@ -57,6 +57,7 @@ from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_p
 from pipeplan.formulations.mapping.profile import Reader
 from pipeplan.instances.multi import load_multi
 from pipeplan.instances.paths import PLATFORMS_DIR
+from pipeplan.profiles.ort_guard import reserve_outside_arena
 
 JOINT_FILE = "joint.json"
 JOINT_SCHEMA = "pipeplan.multi-export/1"
@@ -265,15 +266,17 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
     single-network run report).
 
     Checked before any session loads: the number of networks (:func:`check_network_count`) and
-    ``frames`` against the memory cap for all networks together, since every network keeps its
-    frames' outputs until the end at the same time. ``time_limit_s`` bounds each network's run."""
+    ``frames`` against the memory cap for all networks together, since every network holds its
+    input frames and keeps its frames' outputs until the end at the same time. ``time_limit_s``
+    bounds each network's run."""
     check_frames(frames)
     joint = load_joint(folder)
     nets = joint.networks
     check_network_count(joint)
     manifests = {n.name: load_manifest(n.folder) for n in nets}
-    check_memory("--frames", frames, sum(kept_bytes_per_frame(m.outputs) for m in manifests.values()),
-                 fixed=sum(check_inputs(m) for m in manifests.values()))
+    kept, held = map(sum, zip(*(check_run_memory(m, frames) for m in manifests.values())))
+    check_memory("--frames", frames, kept, fixed=held)
+    reserve_outside_arena(held)    # every network's input frames at once, outside ONNX Runtime's arena
     together = threading.Barrier(len(nets))
     left: dict[str, list[float]] = {n.name: [] for n in nets}   # when each frame left the pipeline
     lock = threading.Lock()

@@ -6,7 +6,8 @@ what only the run decides:
 
 * **Memory.** :func:`cap_memory` makes a session allocate from one CPU arena shared by every
   session of the process, whose size is capped at the memory cap (``PIPEPLAN_MAX_MEMORY_MB``,
-  else half the machine's memory, :mod:`pipeplan.core.sizes`; read once, at the first session).
+  else half the machine's memory, :mod:`pipeplan.core.sizes`; read once, at the first session),
+  less what the caller holds itself (:func:`reserve_outside_arena`: ``run``'s input frames).
   An allocation past the cap fails inside ONNX Runtime, which raises an error: a tensor whose
   size follows from the input's values (``ConstantOfShape`` of a computed shape) is refused
   without being allocated.
@@ -31,14 +32,26 @@ from pipeplan.core.sizes import memory_cap_bytes
 
 _ARENA_LOCK = threading.Lock()
 _arena_bytes: list[int] = []     # the cap of the registered arena, once it exists
+_reserved_bytes: list[int] = [0]  # the part of the memory cap the arena leaves to the caller's own arrays
+MIN_ARENA_BYTES = 1 << 20
 _POLL_S = 0.1
 
 
+def reserve_outside_arena(nbytes: int) -> None:
+    """Leave ``nbytes`` of the memory cap out of the arena, for what the caller holds in arrays
+    of its own (``run``'s input frames, which ONNX Runtime only reads), so that the two together
+    stay within the cap. The largest reservation made before the first session counts: the
+    arena is made once per process."""
+    with _ARENA_LOCK:
+        _reserved_bytes[0] = max(_reserved_bytes[0], int(nbytes))
+
+
 def cap_memory(options: ort.SessionOptions) -> None:
-    """Make sessions built with ``options`` allocate from the capped shared arena."""
+    """Make sessions built with ``options`` allocate from the capped shared arena: the memory cap
+    less what :func:`reserve_outside_arena` reserved."""
     with _ARENA_LOCK:
         if not _arena_bytes:
-            cap = memory_cap_bytes()
+            cap = max(memory_cap_bytes() - _reserved_bytes[0], MIN_ARENA_BYTES)
             info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
             # strategy 1 (kSameAsRequested): grow by what is asked, so the cap is reached only by real need
             ort.create_and_register_allocator(info, ort.OrtArenaCfg({"max_mem": cap, "arena_extend_strategy": 1}))

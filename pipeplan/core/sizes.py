@@ -43,7 +43,7 @@ def memory_cap_bytes() -> int:
         return 8 << 30
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n < 1024 or unit == "PiB":
             return f"{n:.3g} {unit}"
@@ -57,7 +57,7 @@ def check_memory(option: str, value: int, bytes_each: float, *, fixed: float = 0
     need = value * bytes_each + fixed
     if need > cap:
         largest = max(0, int((cap - fixed) // bytes_each)) if bytes_each > 0 else 0
-        raise InputError(option, "", f"{value} needs about {_human(need)} of memory, above the limit of {_human(cap)} "
+        raise InputError(option, "", f"{value} needs about {human_bytes(need)} of memory, above the limit of {human_bytes(cap)} "
                                      f"(largest that fits: {largest}; raise the limit with PIPEPLAN_MAX_MEMORY_MB)")
 
 
@@ -66,5 +66,5 @@ def check_bytes(source: str, field: str, what: str, need: float) -> None:
     value): ``error: SOURCE: FIELD: WHAT needs about ..., above the limit of ...``."""
     cap = memory_cap_bytes()
     if need > cap:
-        raise InputError(source, field, f"{what} needs about {_human(need)} of memory, above the limit of "
-                                        f"{_human(cap)} (raise the limit with PIPEPLAN_MAX_MEMORY_MB)")
+        raise InputError(source, field, f"{what} needs about {human_bytes(need)} of memory, above the limit of "
+                                        f"{human_bytes(cap)} (raise the limit with PIPEPLAN_MAX_MEMORY_MB)")

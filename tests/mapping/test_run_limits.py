@@ -1,19 +1,92 @@
-"""`pipeplan run` on hostile manifests keeps its limits: dtypes are plain numbers. The corpus
-(tests/bad_inputs/manifest/, cases_run.toml) holds the cases git can store."""
+"""`pipeplan run` on hostile manifests keeps its limits: dtypes are plain numbers, the input frames
+are counted in the memory estimate before one is drawn (and drawn without a float64 copy), and
+what a model makes must be what the manifest declares. The corpus (tests/bad_inputs/manifest/,
+cases_run.toml) holds the cases git can store; the ones measured are here."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 import shutil
+import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from pipeplan.core.errors import InputError
-from pipeplan.deploy.manifest import DTYPES, MANIFEST_FILE, load_manifest
-from tests.cli_helpers import ROOT
+from pipeplan.deploy.executor import frame_inputs
+from pipeplan.deploy.manifest import DTYPES, MANIFEST_FILE, TensorSpec, load_manifest
+from pipeplan.profiles.random_feeds import DRAW_BYTES, DRAW_CHUNK
+from tests.cli_helpers import ROOT, assert_input_error
 
 GOOD = ROOT / "tests" / "bad_inputs" / "good" / "manifest"
+CORPUS = ROOT / "tests" / "bad_inputs" / "manifest"
+MB = 1 << 20
+
+
+def run_measured(*args, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, int]:
+    """``pipeplan args`` in a fresh interpreter, and the most memory it held (max RSS, bytes),
+    from the kernel's account of that one child (os.wait4)."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipeplan.app.cli", *map(str, args)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    _, status, usage = os.wait4(proc.pid, 0)     # the outputs are a few lines: the pipes do not fill
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), usage.ru_maxrss * 1024
+
+
+def relu(path: Path, dims: list, name: str = "relu") -> None:
+    """X -> Relu -> Y with ``dims`` for both (a string is a symbolic dimension)."""
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, dims)
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["X"], ["Y"], name=name)], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def export(folder: Path, *, x_shape=(1, 4), y_shape=(1, 4), groups: int = 1, threads: int = 1, pus: int = 1,
+           distinct_files: bool = False, symbolic: bool = False) -> Path:
+    """The corpus' valid export (one Relu stage on C0) reshaped: ``groups`` groups in the stage,
+    spread over ``pus`` PUs of ``threads`` threads, each on its own copy of the model
+    (``distinct_files``) or all on stage0.onnx; ``symbolic``: a Relu of symbolic length,
+    X and Y declared ``x_shape`` and ``y_shape``."""
+    shutil.copytree(GOOD, folder)
+    if symbolic:
+        for f in ("model_full.onnx", "stage0.onnx"):
+            relu(folder / f, [1, "N"])
+    doc = json.loads((folder / MANIFEST_FILE).read_text())
+    doc["reference"]["sha256"] = sha(folder / "model_full.onnx")
+    doc["pus"] = {f"P{i}": {**doc["pus"]["C0"], "intra_op_threads": threads} for i in range(pus)}
+    template = doc["stages"][0]["groups"][0]
+    made = []
+    for i in range(groups):
+        file = "stage0.onnx"
+        if distinct_files:
+            file = f"g{i}.onnx"
+            relu(folder / file, [1, 4], name=f"relu{i}")
+        made.append({**template, "id": f"g{i}", "pu": f"P{i % pus}", "file": file, "sha256": sha(folder / file)})
+    doc["stages"][0]["groups"] = made
+    doc["stages"][0]["pus"] = list(doc["pus"])
+    for t in doc["inputs"] + [t for g in made for t in g["inputs"]]:
+        t["shape"] = list(x_shape)
+    for t in doc["outputs"] + [t for g in made for t in g["outputs"]]:
+        t["shape"] = list(y_shape)
+    (folder / MANIFEST_FILE).write_text(json.dumps(doc))
+    return folder
 
 
 def edit(folder: Path, change) -> None:
@@ -46,3 +119,75 @@ def test_other_dtypes_are_the_fields_error(tmp_path, text, why):
     with pytest.raises(InputError) as info:
         load_manifest(folder)
     assert info.value.field == "stages[0].groups[0].outputs[0].dtype" and why in info.value.message
+
+
+# ------------------------------------------------------------------------------------ memory
+
+@pytest.fixture(scope="module")
+def baseline_bytes() -> int:
+    """The max RSS of a run of the corpus' valid export: the interpreter and its libraries,
+    which no memory cap counts."""
+    proc, peak = run_measured("run", GOOD, "--frames", 2)
+    assert proc.returncode == 0, proc.stderr
+    return peak
+
+
+def test_input_frames_past_the_cap_are_refused_before_one_is_drawn(baseline_bytes):
+    """A 71-byte Relu of symbolic length whose manifest declares its input [1, 2e8] float32 had
+    reached 3.2 GB under a 512 MiB cap (each 763 MiB frame drawn as float64 first)."""
+    proc, peak = run_measured("run", CORPUS / "input_frames_past_memory_cap", "--frames", 2,
+                              env={"PIPEPLAN_MAX_MEMORY_MB": "512"})
+    assert_input_error(proc, "input_frames_past_memory_cap/manifest.json", "inputs[0].shape",
+                       "holding 2 frames", "above the limit of 512 MiB")
+    assert proc.stdout == ""
+    assert peak - baseline_bytes < 100 * MB, (peak, baseline_bytes)   # not one frame (763 MiB) was drawn
+
+
+def test_a_model_making_more_than_declared_stops_at_its_first_frame_within_the_cap(tmp_path, baseline_bytes):
+    """Y declared [1, 1] but the Relu makes [1, 2e7] (76 MiB a frame): the estimate counts the
+    declared size, so the run stops at the first frame that differs, and ONNX Runtime's arena
+    leaves the input frames their part of the cap."""
+    folder = export(tmp_path / "export", x_shape=(1, 20_000_000), y_shape=(1, 1), symbolic=True)
+    proc, peak = run_measured("run", folder, "--frames", 2, env={"PIPEPLAN_MAX_MEMORY_MB": "512"})
+    assert_input_error(proc, "manifest.json", "stages[0].groups[0].outputs[0]",
+                       "makes Y of shape [1, 20000000] float32, the manifest declares [1, 1] float32")
+    assert peak - baseline_bytes < 512 * MB, (peak, baseline_bytes)
+
+
+def test_the_arena_leaves_the_input_frames_their_part_of_the_cap(tmp_path, baseline_bytes):
+    """Two 76 MiB input frames held at once under a 200 MiB cap: ONNX Runtime may allocate only
+    the rest (it had the whole cap beside them), so the Relu's 76 MiB output is refused there."""
+    folder = export(tmp_path / "export", x_shape=(1, 20_000_000), y_shape=(1, 1), symbolic=True)
+    cap = 200 * MB
+    proc, peak = run_measured("run", folder, "--frames", 2, env={"PIPEPLAN_MAX_MEMORY_MB": "200"})
+    assert_input_error(proc, "manifest.json", "stages[0].groups[0]", "ONNX Runtime failed on stage0.onnx")
+    available = int(re.search(r"Available memory of (\d+)", proc.stderr).group(1))
+    assert available <= cap - 2 * 80_000_000
+    assert peak - baseline_bytes < cap, (peak, baseline_bytes)
+
+
+def test_input_frames_are_the_frames_drawn_whole_without_a_float64_copy():
+    """Drawn a piece at a time into their own dtype, the frames are those drawn whole (as float64
+    or int64, then cast) before; a float32 frame costs its own size, not three times it."""
+    specs = tuple(TensorSpec(f"t{i}", shape, np.dtype(d)) for i, (shape, d) in enumerate([
+        ((1, 3, 224, 224), "float32"), (("N", DRAW_CHUNK + 3), "float16"), ((5,), "float64"), ((DRAW_CHUNK * 2 + 1,), "bool"),
+        ((7, 3), "int64"), ((DRAW_CHUNK + 5,), "int8"), ((0, 4), "float32"), ((), "uint8")]))
+    got = frame_inputs(specs, 3, 11)
+    rng = np.random.default_rng([3, 11])
+    for t in specs:
+        shape = t.concrete_shape()
+        if np.issubdtype(t.dtype, np.floating):
+            want = rng.standard_normal(shape).astype(t.dtype)
+        elif t.dtype == np.bool_:
+            want = rng.random(shape) < 0.5
+        else:
+            want = rng.integers(0, 2, size=shape).astype(t.dtype)
+        assert got[t.name].dtype == t.dtype and np.array_equal(got[t.name], want), t.name
+    big = (TensorSpec("X", (1, 4_000_000), np.dtype("float32")),)
+    tracemalloc.start()
+    try:
+        frame_inputs(big, 0, 0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16_000_000 + DRAW_BYTES * DRAW_CHUNK + MB, peak

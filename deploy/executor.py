@@ -64,7 +64,7 @@ CHUNK = 1 << 16
 def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
                progress: Callable[[int, int], None] | None = None,
                together: threading.Barrier | None = None, manifest: Manifest | None = None,
-               time_limit_s: float = MODEL_RUN_LIMIT_S) -> dict[str, Any]:
+               time_limit_s: float = MODEL_RUN_LIMIT_S, began: float | None = None) -> dict[str, Any]:
     """Run ``frames`` frames through the export in ``folder``; returns the report.
 
     ``together``: a barrier shared by runs of several exports at once (a joint export,
@@ -72,20 +72,17 @@ def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
     pipelines start streaming together, and again when its frames are out, so no run's
     reference check competes with another's frames. ``manifest``: the folder's manifest, when the
     caller loaded it already (to check all networks' frames together). ``time_limit_s``: the
-    most the run may take from here, reference check included."""
+    most the run may take, loading the manifest, creating the sessions and the reference check
+    included; counted from ``began`` (a ``time.monotonic()``, for a caller that loaded the
+    manifest under the same limit), else from here."""
     check_frames(frames)
-    guard = RunGuard(time_limit_s)
-    m = manifest or load_manifest(folder)
+    guard = RunGuard(time_limit_s, began=began)
+    m = manifest or load_manifest(folder, guard)
+    check_threads(m)
     _, held_bytes = check_run_memory(m, frames)
-    host_cpus = os.cpu_count() or 1
-    for pu, rt in m.pus.items():
-        if rt["intra_op_threads"] > OVERSUBSCRIPTION * host_cpus:
-            raise InputError(m.source, f"pus.{pu}.intra_op_threads",
-                             f"{rt['intra_op_threads']} threads on a host with {host_cpus} CPUs "
-                             f"(at most {OVERSUBSCRIPTION}x as many threads as CPUs)")
     reserve_outside_arena(held_bytes)   # the input frames are numpy's; outputs and the rest ONNX Runtime's
     cores = {pu: usable_cores(rt["cores"]) for pu, rt in m.pus.items()}
-    sessions = _sessions(m, cores)
+    sessions = _sessions(m, cores, guard)
     failures: list[InputError] = []
     stages = [_StageWorker(m, spec, sessions, cores, failures, guard) for spec in m.stages]
     queues = [queue.Queue(maxsize=QUEUE_DEPTH) for _ in range(len(stages) + 1)]
@@ -192,6 +189,32 @@ def _feeds(specs: Iterable[TensorSpec]) -> list[Feed]:
     return [(t.name, t.concrete_shape(), t.dtype) for t in specs]
 
 
+def check_threads(m: Manifest) -> None:
+    """Refuse more threads than :data:`OVERSUBSCRIPTION` x this host's CPUs: for one PU
+    (``pus.PU.intra_op_threads``), and for the whole run (``pus``), counted as the run makes
+    them: every group's session has an intra-op pool of ``intra_op_threads - 1`` threads (ONNX
+    Runtime's own; they spin a while for work after each run and after their start), and the
+    executor calls the sessions from one thread per PU of each stage. An export that gives each
+    PU one group makes exactly its PUs' ``intra_op_threads`` summed. 100 PUs of 8 threads (each
+    within the rule for one PU) had made 800 on two CPUs, whose sessions alone took over 60 s to
+    create; one 8-thread PU with 100 groups, 700."""
+    host_cpus = os.cpu_count() or 1
+    most = OVERSUBSCRIPTION * host_cpus
+    for pu, rt in m.pus.items():
+        if rt["intra_op_threads"] > most:
+            raise InputError(m.source, f"pus.{pu}.intra_op_threads",
+                             f"{rt['intra_op_threads']} threads on a host with {host_cpus} CPUs "
+                             f"(at most {OVERSUBSCRIPTION}x as many threads as CPUs)")
+    groups = [g for stage in m.stages for g in stage.groups]
+    pools = sum(m.pus[g.pu]["intra_op_threads"] - 1 for g in groups)
+    callers = sum(len({g.pu for g in stage.groups}) for stage in m.stages)
+    if pools + callers > most:
+        raise InputError(m.source, "pus", f"{pools + callers} threads to run it ({pools} in the intra-op pools of "
+                         f"{len(groups)} sessions, intra_op_threads - 1 each, and {callers} calling them, one per "
+                         f"PU of each stage) on a host with {host_cpus} CPUs (at most {OVERSUBSCRIPTION}x as many "
+                         "threads as CPUs in all)")
+
+
 def frame_inputs(specs: tuple[TensorSpec, ...], seed: int, frame: int) -> dict[str, np.ndarray]:
     """The network inputs of frame ``frame``: standard-normal floats, random booleans,
     integers 0 or 1 (valid as indices), drawn a chunk at a time into the tensor's own dtype
@@ -199,11 +222,14 @@ def frame_inputs(specs: tuple[TensorSpec, ...], seed: int, frame: int) -> dict[s
     return random_feeds(np.random.default_rng([seed, frame]), _feeds(specs))
 
 
-def _sessions(m: Manifest, cores: dict[str, list[int] | None]) -> dict[str, ort.InferenceSession]:
-    """One session per group, checked against the group's inputs and outputs."""
+def _sessions(m: Manifest, cores: dict[str, list[int] | None], guard: RunGuard) -> dict[str, ort.InferenceSession]:
+    """One session per group, checked against the group's inputs and outputs; the time limit
+    is checked before each (creating a session runs no call ``guard`` could stop)."""
     out = {}
     for s, stage in enumerate(m.stages):
         for j, grp in enumerate(stage.groups):
+            guard.check_time_left(f"creating the ONNX Runtime sessions of {Path(m.source).parent} "
+                                  f"(stages[{s}].groups[{j}], {grp.path.name})")
             try:
                 sess = make_session(grp.path.read_bytes(), m.pus[grp.pu], m.graph_optimization,
                                     pin=cores[grp.pu] is not None)
@@ -334,6 +360,7 @@ class _StageWorker:
 
 def _compare_with_reference(m: Manifest, outputs: dict[int, list[np.ndarray]], seed: int,
                             guard: RunGuard) -> tuple[bool, float]:
+    guard.check_time_left(f"creating the ONNX Runtime session of {m.reference}")
     try:
         ref = make_session(m.reference.read_bytes(), {"intra_op_threads": 1, "session_config": {},
                                                       "providers": [CPU_PROVIDER]},

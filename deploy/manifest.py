@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 import onnx
 
+from pipeplan.core.errors import InputError
 from pipeplan.core.io import inside_folder, load_json, read_input
 from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION, check_session_config
 from pipeplan.formulations.mapping.onnx_bounds import check_model_bounds
 from pipeplan.formulations.mapping.onnx_external import external_tensors
 from pipeplan.formulations.mapping.profile import Reader
+from pipeplan.profiles.ort_guard import RunGuard
 from pipeplan.profiles.roofline import MAX_THREADS
 
 MAX_ELEMENTS = 2**31 - 1   # elements of one tensor of one frame (ONNX Runtime's int32 limit)
@@ -34,6 +36,10 @@ MAX_ELEMENTS = 2**31 - 1   # elements of one tensor of one frame (ONNX Runtime's
 # element-count check bound nothing), and ONNX Runtime takes none of them.
 DTYPES = tuple(np.dtype(name) for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                                            "uint64", "float16", "float32", "float64", "complex64", "complex128"))
+
+# How long past the run's deadline a model file's shape inference may go before it is stopped (it
+# is then the run's time-limit error, so the child is given a little more than the time left).
+INFERENCE_OVERRUN_S = 0.05
 
 MANIFEST_SCHEMA = "pipeplan.manifest/1"
 MANIFEST_FILE = "manifest.json"
@@ -90,16 +96,31 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _checked_model(r: Reader, folder: Path, spec: Any, fld: str) -> Path:
+def _checked_model(r: Reader, folder: Path, spec: Any, fld: str, checked: dict[Path, str],
+                   guard: RunGuard | None = None) -> Path:
     """The sub-model or reference file ``spec`` names: inside ``folder``, unchanged since the
     export (sha256), with its weights inline and within the bounds of
-    :func:`~pipeplan.formulations.mapping.onnx_bounds.check_model_bounds`."""
+    :func:`~pipeplan.formulations.mapping.onnx_bounds.check_model_bounds`.
+
+    ``checked``: file -> sha256 of the files checked so far; a file named again (a manifest may
+    name one file for many groups) is only compared with its hash, not read and checked again
+    (a 1001-stage manifest naming two files had spent 24 s in 1001 forked shape inferences).
+    ``guard``: the run's time limit, checked before the file, and the shape inference of the
+    file stopped at it."""
     spec = r.obj(spec, fld)
     file = inside_folder(folder, r.get(spec, "file", fld), r.source, f"{fld}.file")
+    if file in checked:
+        if checked[file] != r.get(spec, "sha256", fld):
+            raise r.fail(f"{fld}.sha256", f"{file.name} differs from the exported file (sha256)")
+        return file
+    doing = f"loading the export {folder} ({fld}, {file.name})"
+    if guard is not None:
+        guard.check_time_left(doing)
     if not file.is_file():
         raise r.fail(f"{fld}.file", f"missing file {file}")
     data = read_input(file, what="ONNX model")
-    if hashlib.sha256(data).hexdigest() != r.get(spec, "sha256", fld):
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != r.get(spec, "sha256", fld):
         raise r.fail(f"{fld}.sha256", f"{file.name} differs from the exported file (sha256)")
     try:
         model = onnx.load_model_from_string(data)
@@ -109,15 +130,30 @@ def _checked_model(r: Reader, folder: Path, spec: Any, fld: str) -> Path:
     if external:
         raise r.fail(f"{fld}.file", f"{file.name} keeps tensor {external[0].name!r} in an external "
                      "file; an export holds its weights inline")
-    check_model_bounds(model, str(file))
+    if guard is None:
+        check_model_bounds(model, str(file))
+    else:
+        try:   # the inference child may run until just past the run's deadline, not its own 60 s
+            check_model_bounds(model, str(file), time_s=guard.time_left() + INFERENCE_OVERRUN_S)
+        except InputError:
+            guard.check_time_left(doing)   # stopped by the run's time limit: say so
+            raise
+    checked[file] = digest
     return file
 
 
-def load_manifest(folder: str | Path) -> Manifest:
+def load_manifest(folder: str | Path, guard: RunGuard | None = None) -> Manifest:
+    """The manifest of the export in ``folder``, every file it names checked (each file once).
+    ``guard``: the run's time limit (``run --time-limit``), which covers loading too: checked
+    once the JSON is read, then before each group and each model file; past it the run's
+    time-limit error."""
     folder = Path(folder)
     source = str(folder / MANIFEST_FILE)
     r = Reader(source)
     doc = r.obj(load_json(inside_folder(folder, MANIFEST_FILE, source, "")), "")
+    if guard is not None:
+        guard.check_time_left(f"loading the export {folder} (its {MANIFEST_FILE})")
+    checked: dict[Path, str] = {}
     if doc.get("schema") != MANIFEST_SCHEMA:
         raise r.fail("schema", f"expected {MANIFEST_SCHEMA!r}, got {doc.get('schema')!r}")
 
@@ -144,7 +180,7 @@ def load_manifest(folder: str | Path) -> Manifest:
             raise r.fail(fld, "expected a list of names")
         return tuple(value)
 
-    reference = _checked_model(r, folder, r.get(doc, "reference", ""), "reference")
+    reference = _checked_model(r, folder, r.get(doc, "reference", ""), "reference", checked, guard)
     session = r.obj(r.get(doc, "session", ""), "session")
     graph_optimization = session.get("graph_optimization")
     if not isinstance(graph_optimization, str) or graph_optimization not in GRAPH_OPTIMIZATION:
@@ -167,23 +203,26 @@ def load_manifest(folder: str | Path) -> Manifest:
         if not isinstance(raw_groups, list) or not raw_groups:
             raise r.fail(f"{fld}.groups", "expected a non-empty list")
         groups: list[GroupSpec] = []
+        earlier: set[str] = set()    # the ids of the stage's groups so far
         for j, grp in enumerate(raw_groups):
             gfld = f"{fld}.groups[{j}]"
+            if guard is not None:
+                guard.check_time_left(f"loading the export {folder} ({gfld})")
             grp = r.obj(grp, gfld)
             pu = r.string(r.get(grp, "pu", gfld), f"{gfld}.pu")
             if pu not in pus:
                 raise r.fail(f"{gfld}.pu", f"PU {pu!r} not in pus")
             deps = names(r.get(grp, "depends_on", gfld), f"{gfld}.depends_on")
-            earlier = {g.id for g in groups}
             for d in deps:
                 if d not in earlier:
                     raise r.fail(f"{gfld}.depends_on", f"{d!r} is not an earlier group of the stage")
             gid = r.string(r.get(grp, "id", gfld), f"{gfld}.id")
-            path = _checked_model(r, folder, grp, gfld)
+            path = _checked_model(r, folder, grp, gfld, checked, guard)
             reads = tensors(r.get(grp, "inputs", gfld), f"{gfld}.inputs")
             made = tensors(r.get(grp, "outputs", gfld), f"{gfld}.outputs")
             groups.append(GroupSpec(gid, pu, path, tuple(t.name for t in reads), tuple(t.name for t in made),
                                     deps, made))
+            earlier.add(groups[-1].id)
         stages.append(StageSpec(s, tuple(groups), names(r.get(raw, "sends", fld), f"{fld}.sends")))
     _check_data_flow(r, inputs, outputs, stages)
     predicted = r.obj(r.get(doc, "predicted", ""), "predicted")

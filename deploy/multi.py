@@ -47,7 +47,7 @@ from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, inside_folder, load_json
 from pipeplan.core.sizes import check_memory
-from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, check_run_memory, run_export
+from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, check_run_memory, check_threads, run_export
 from pipeplan.deploy.export import _check_target as check_single_target
 from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest, sha256_of
@@ -57,7 +57,7 @@ from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, light_model_p
 from pipeplan.formulations.mapping.profile import Reader
 from pipeplan.instances.multi import load_multi
 from pipeplan.instances.paths import PLATFORMS_DIR
-from pipeplan.profiles.ort_guard import reserve_outside_arena
+from pipeplan.profiles.ort_guard import RunGuard, reserve_outside_arena
 
 JOINT_FILE = "joint.json"
 JOINT_SCHEMA = "pipeplan.multi-export/1"
@@ -265,15 +265,20 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
     once; returns the report (per network: measured, predicted, their ratios, the whole
     single-network run report).
 
-    Checked before any session loads: the number of networks (:func:`check_network_count`) and
-    ``frames`` against the memory cap for all networks together, since every network holds its
-    input frames and keeps its frames' outputs until the end at the same time. ``time_limit_s``
-    bounds each network's run."""
+    Checked before any session loads: the number of networks (:func:`check_network_count`), each
+    network's threads (:func:`~pipeplan.deploy.executor.check_threads`) and ``frames`` against
+    the memory cap for all networks together, since every network holds its input frames and
+    keeps its frames' outputs until the end at the same time. ``time_limit_s`` bounds each
+    network's run, counted from the start: loading the manifests is under it too."""
+    began = time.monotonic()
     check_frames(frames)
     joint = load_joint(folder)
     nets = joint.networks
     check_network_count(joint)
-    manifests = {n.name: load_manifest(n.folder) for n in nets}
+    guard = RunGuard(time_limit_s, began=began)
+    manifests = {n.name: load_manifest(n.folder, guard) for n in nets}
+    for m in manifests.values():
+        check_threads(m)
     kept, held = map(sum, zip(*(check_run_memory(m, frames) for m in manifests.values())))
     check_memory("--frames", frames, kept, fixed=held)
     reserve_outside_arena(held)    # every network's input frames at once, outside ONNX Runtime's arena
@@ -292,7 +297,7 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
                     progress(sum(map(len, left.values())), frames * len(nets))
         try:
             reports[net.name] = run_export(net.folder, frames=frames, seed=seed, progress=tick, together=together,
-                                          manifest=manifests[net.name], time_limit_s=time_limit_s)
+                                          manifest=manifests[net.name], time_limit_s=time_limit_s, began=began)
         except BaseException as exc:   # handed to the caller below
             errors.append(exc)
             together.abort()           # the others stop waiting for this one

@@ -64,9 +64,14 @@ class RunGuard:
     no limit), when :meth:`stop` is called, or when the main thread is interrupted in
     :meth:`wait`. ``option`` is what the time-limit error names (the command's option)."""
 
-    def __init__(self, time_limit_s: float | None = None, option: str = "--time-limit"):
+    def __init__(self, time_limit_s: float | None = None, option: str = "--time-limit", *,
+                 began: float | None = None):
+        """``began``: the ``time.monotonic()`` the limit counts from, when the command did work
+        under it before this guard was made (a joint run that loaded its networks first); now
+        by default."""
         self.time_limit_s, self.option = time_limit_s, option
-        self._deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+        start = time.monotonic() if began is None else began
+        self._deadline = None if time_limit_s is None else start + time_limit_s
         self._lock = threading.Lock()
         self._running: set[ort.RunOptions] = set()
         self._stopped = False
@@ -133,9 +138,25 @@ class RunGuard:
             for options in self._running:
                 options.terminate = True
 
+    def time_left(self) -> float:
+        """Seconds to the deadline (negative past it; infinite without a limit)."""
+        return float("inf") if self._deadline is None else self._deadline - time.monotonic()
+
     def check_time_limit(self, source: str) -> None:
         """Raise the time-limit error (naming ``source``, what was running) if the deadline
         stopped the calls; for the callers' handlers of what a stopped call raised."""
         if self.timed_out:
-            raise InputError(self.option, "", f"ONNX Runtime was still running {source} after {self.time_limit_s:g} s; "
-                             f"stopped (give a larger {self.option} for a model that needs longer)") from None
+            raise self._time_limit_error(f"ONNX Runtime was still running {source}") from None
+
+    def check_time_left(self, doing: str) -> None:
+        """Raise the time-limit error at once if the deadline has passed, saying what was still
+        being done (``doing``: "loading the export EXPORT (...)"): for the work between
+        ONNX Runtime calls that no ``RunOptions.terminate`` stops (loading an export, creating
+        its sessions), checked between its steps. Every call still running is stopped too."""
+        self.check_deadline()
+        if self.timed_out:
+            raise self._time_limit_error(f"pipeplan was still {doing}") from None
+
+    def _time_limit_error(self, what: str) -> InputError:
+        return InputError(self.option, "", f"{what} after {self.time_limit_s:g} s; "
+                          f"stopped (give a larger {self.option} for a model that needs longer)")

@@ -63,22 +63,24 @@ _INTEGER = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.
             TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
 
 
-def infer_shapes_safely(model: ModelProto, source: str, *, strict: bool, inputs_as_run: bool = False) -> ModelProto:
+def infer_shapes_safely(model: ModelProto, source: str, *, strict: bool, inputs_as_run: bool = False,
+                        time_s: float | None = None) -> ModelProto:
     """``model`` with inferred shapes, for reading shapes only: its weights over
     :data:`MAX_PROPAGATED` elements have no values (module docstring); with ``inputs_as_run``,
     its inputs' unknown dimensions are 1 (:func:`_set_unknown_input_dims`). A model whose inference
-    fails or exceeds the memory cap or :data:`INFERENCE_TIME_S` is an InputError naming
-    ``source``."""
+    fails or exceeds the memory cap or :data:`INFERENCE_TIME_S` (or ``time_s`` where that is
+    less: the time a caller's own limit leaves) is an InputError naming ``source``."""
     cap = max(memory_cap_bytes(), INFERENCE_MIN_BYTES)
+    seconds = INFERENCE_TIME_S if time_s is None else max(0.0, min(INFERENCE_TIME_S, time_s))
     began = time.monotonic()
-    answer = run_within(lambda: _infer(model, strict, inputs_as_run), INFERENCE_TIME_S, grace=0.0,
+    answer = run_within(lambda: _infer(model, strict, inputs_as_run), seconds, grace=0.0,
                         memory_bytes=cap)
     if answer is None:
         check_stop()    # None at once when the process is being stopped
-        if time.monotonic() - began < INFERENCE_TIME_S:   # the child died: an allocation past the cap
+        if time.monotonic() - began < seconds:   # the child died: an allocation past the cap
             answer = (False, None)
         else:
-            raise InputError(source, "model", f"shape inference takes more than {INFERENCE_TIME_S:g} s; refused")
+            raise InputError(source, "model", f"shape inference takes more than {seconds:g} s; refused")
     done, value = answer
     if done:
         return ModelProto.FromString(value)
@@ -114,9 +116,10 @@ def _drop_weight_values(graph: GraphProto) -> None:
             t.CopyFrom(TensorProto(name=t.name, data_type=t.data_type, dims=t.dims))
 
 
-def check_model_bounds(model: ModelProto, source: str) -> None:
-    """Refuse ``model`` (``source`` names it) when it breaks a bound of the module docstring."""
-    inferred = infer_shapes_safely(model, source, strict=False, inputs_as_run=True)
+def check_model_bounds(model: ModelProto, source: str, *, time_s: float | None = None) -> None:
+    """Refuse ``model`` (``source`` names it) when it breaks a bound of the module docstring;
+    ``time_s``: at most this long for its shape inference (:func:`infer_shapes_safely`)."""
+    inferred = infer_shapes_safely(model, source, strict=False, inputs_as_run=True, time_s=time_s)
     _check_graph(inferred.graph, source, "graph", outer_static=set())
 
 

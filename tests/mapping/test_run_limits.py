@@ -1,7 +1,9 @@
 """`pipeplan run` on hostile manifests keeps its limits: dtypes are plain numbers, the input frames
-are counted in the memory estimate before one is drawn (and drawn without a float64 copy), and
-what a model makes must be what the manifest declares. The corpus (tests/bad_inputs/manifest/,
-cases_run.toml) holds the cases git can store; the ones measured are here."""
+are counted in the memory estimate before one is drawn (and drawn without a float64 copy), what a
+model makes must be what the manifest declares, the time limit covers loading the manifest and
+creating the sessions, each model file is checked once, and the run's threads together stay
+within what the host's CPUs take. The corpus (tests/bad_inputs/manifest/, cases_run.toml) holds
+the cases git can store; the ones built to the host's size or measured are here."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -20,10 +23,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from pipeplan.core.errors import InputError
-from pipeplan.deploy.executor import frame_inputs
+from pipeplan.deploy import manifest as manifest_module
+from pipeplan.deploy.executor import OVERSUBSCRIPTION, frame_inputs, run_export
 from pipeplan.deploy.manifest import DTYPES, MANIFEST_FILE, TensorSpec, load_manifest
 from pipeplan.profiles.random_feeds import DRAW_BYTES, DRAW_CHUNK
-from tests.cli_helpers import ROOT, assert_input_error
+from tests.cli_helpers import ROOT, assert_input_error, run_cli
 
 GOOD = ROOT / "tests" / "bad_inputs" / "good" / "manifest"
 CORPUS = ROOT / "tests" / "bad_inputs" / "manifest"
@@ -191,3 +195,73 @@ def test_input_frames_are_the_frames_drawn_whole_without_a_float64_copy():
     finally:
         tracemalloc.stop()
     assert peak < 16_000_000 + DRAW_BYTES * DRAW_CHUNK + MB, peak
+
+
+# ------------------------------------------------------------------------------------ time
+
+def test_each_model_file_is_checked_once(tmp_path, monkeypatch):
+    """1001 stages naming two files (and the reference) had run 1001 forked shape inferences
+    (24 s); each file is checked once, and a later reference's sha256 is still compared."""
+    folder = shutil.copytree(GOOD, tmp_path / "export")
+    relu(folder / "a.onnx", [1, 4], name="a")
+    relu(folder / "b.onnx", [1, 4], name="b")
+
+    def stages(doc):
+        template = doc["stages"][0]
+        doc["stages"] = [{**template, "index": s, "sends": ["X", "Y"], "groups": [   # X rides along
+            {**template["groups"][0], "file": f, "sha256": sha(folder / f)}]}
+            for s, f in enumerate(["a.onnx", "b.onnx"] * 500 + ["a.onnx"])]
+    edit(folder, stages)
+    checked = []
+    real = manifest_module.check_model_bounds
+    monkeypatch.setattr(manifest_module, "check_model_bounds",
+                        lambda model, source, **kw: (checked.append(Path(source).name), real(model, source, **kw)))
+    m = load_manifest(folder)
+    assert len(m.stages) == 1001 and sorted(checked) == ["a.onnx", "b.onnx", "model_full.onnx"]
+    edit(folder, lambda doc: doc["stages"][1000]["groups"][0].update(sha256="0" * 64))
+    with pytest.raises(InputError) as info:
+        load_manifest(folder)
+    assert info.value.field == "stages[1000].groups[0].sha256"
+
+
+def test_the_time_limit_covers_checking_the_model_files(tmp_path):
+    """600 distinct sub-models, each checked by a forked shape inference (about 15 s in all):
+    `run --time-limit 1` had not looked at its clock before the frames."""
+    folder = export(tmp_path / "export", groups=600, distinct_files=True)
+    began = time.monotonic()
+    proc = run_cli("run", folder, "--frames", 2, "--time-limit", 1)
+    elapsed = time.monotonic() - began
+    assert_input_error(proc, "--time-limit", "pipeplan was still loading the export", "after 1 s")
+    assert elapsed < 10, elapsed
+
+
+def test_the_time_limit_covers_creating_the_sessions(tmp_path):
+    """30,000 groups on one file load in about 2 s (the file checked once), and their sessions
+    would take over 15 s to create; the limit is checked before each."""
+    folder = export(tmp_path / "export", groups=30_000)
+    proc = run_cli("run", folder, "--frames", 2, "--time-limit", 6)
+    assert_input_error(proc, "--time-limit", "pipeplan was still creating the ONNX Runtime sessions of", "after 6 s")
+
+
+# ------------------------------------------------------------------------------------ threads
+
+def test_more_threads_than_the_host_takes_are_refused_before_any_session(tmp_path):
+    """100 PUs of 8 threads (each within the 4-per-CPU rule on two CPUs) had run 800 threads,
+    whose sessions took over 60 s to create: the whole run is held to the rule."""
+    cpus = os.cpu_count() or 1
+    threads = min(8, OVERSUBSCRIPTION * cpus)
+    pus = max(100, OVERSUBSCRIPTION * cpus // threads + 1)
+    folder = export(tmp_path / "export", groups=pus, pus=pus, threads=threads)
+    began = time.monotonic()
+    proc = run_cli("run", folder, "--frames", 2)
+    assert_input_error(proc, "manifest.json", "pus", f"{pus * threads} threads to run it",
+                       f"host with {cpus} CPUs")
+    assert time.monotonic() - began < 30
+
+
+def test_an_export_within_the_host_runs_as_before(tmp_path):
+    """The rule counts what an export makes: each PU its threads, once per group."""
+    cpus = os.cpu_count() or 1
+    folder = export(tmp_path / "export", groups=2, pus=2, threads=max(1, OVERSUBSCRIPTION * cpus // 2))
+    report = run_export(folder, frames=3)
+    assert report["outputs_match"] and report["frames"] == 3

@@ -23,6 +23,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from pipeplan.core.errors import InputError
+from pipeplan.deploy import executor as executor_module
 from pipeplan.deploy import manifest as manifest_module
 from pipeplan.deploy.executor import OVERSUBSCRIPTION, frame_inputs, run_export
 from pipeplan.deploy.manifest import DTYPES, MANIFEST_FILE, TensorSpec, load_manifest
@@ -224,23 +225,41 @@ def test_each_model_file_is_checked_once(tmp_path, monkeypatch):
     assert info.value.field == "stages[1000].groups[0].sha256"
 
 
-def test_the_time_limit_covers_checking_the_model_files(tmp_path):
-    """600 distinct sub-models, each checked by a forked shape inference (about 15 s in all):
-    `run --time-limit 1` had not looked at its clock before the frames."""
-    folder = export(tmp_path / "export", groups=600, distinct_files=True)
+def test_the_time_limit_covers_checking_the_model_files(tmp_path, monkeypatch):
+    """Each distinct model file is checked by a forked shape inference (600 files had taken
+    about 15 s, and `run --time-limit 1` had not looked at its clock before the frames). Here
+    the real check of 40 files is slowed by 0.1 s each: the run stops at its limit while loading."""
+    folder = export(tmp_path / "export", groups=40, distinct_files=True)
+    real = manifest_module.check_model_bounds
+
+    def slow(model, source, **kw):
+        time.sleep(0.1)
+        return real(model, source, **kw)
+
+    monkeypatch.setattr(manifest_module, "check_model_bounds", slow)
     began = time.monotonic()
-    proc = run_cli("run", folder, "--frames", 2, "--time-limit", 1)
-    elapsed = time.monotonic() - began
-    assert_input_error(proc, "--time-limit", "pipeplan was still loading the export", "after 1 s")
-    assert elapsed < 10, elapsed
+    with pytest.raises(InputError) as info:
+        run_export(folder, frames=2, time_limit_s=1)
+    assert info.value.source == "--time-limit" and "still loading the export" in info.value.message
+    assert time.monotonic() - began < 3
 
 
-def test_the_time_limit_covers_creating_the_sessions(tmp_path):
-    """30,000 groups on one file load in about 2 s (the file checked once), and their sessions
-    would take over 15 s to create; the limit is checked before each."""
-    folder = export(tmp_path / "export", groups=30_000)
-    proc = run_cli("run", folder, "--frames", 2, "--time-limit", 6)
-    assert_input_error(proc, "--time-limit", "pipeplan was still creating the ONNX Runtime sessions of", "after 6 s")
+def test_the_time_limit_covers_creating_the_sessions(tmp_path, monkeypatch):
+    """The limit is checked before each session (30,000 groups' sessions had taken over 15 s to
+    create): the real sessions of 200 groups, slowed by 0.05 s each, stop at a 1 s limit."""
+    folder = export(tmp_path / "export", groups=200)
+    real = executor_module.make_session
+
+    def slow(*args, **kw):
+        time.sleep(0.05)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(executor_module, "make_session", slow)
+    began = time.monotonic()
+    with pytest.raises(InputError) as info:
+        run_export(folder, frames=2, time_limit_s=1)
+    assert info.value.source == "--time-limit" and "still creating the ONNX Runtime sessions of" in info.value.message
+    assert time.monotonic() - began < 4
 
 
 # ------------------------------------------------------------------------------------ threads

@@ -376,6 +376,13 @@ RECORD_NUMBERS = ("time_limit", "wall_time_s", "gap")             # None or a fi
 RECORD_TEXTS = ("quality", "stopped_by", "message")               # None or text
 RECORD_FLAGS = ("exact", "bound_proven")                          # None or true/false
 RECORD_TABLES = ("objectives", "bound")                           # None or {name: finite number or None}
+# but objectives, which the report reads as an object, is never null, and a record whose quality
+# says it holds a plan (what a bench writes with every solution) holds them
+PLAN_QUALITIES = ("feasible", "proven_optimal")
+# Objectives the report reads together, per system: where the first is a number the others are
+# numbers too (a rollout round's trainer finish and its waiting ratio: the schedule's metrics
+# always give both, and the report shows and divides by both)
+RECORD_TOGETHER = {"rollout": ("train_end_s", "waiting_ratio")}
 
 
 @dataclass(frozen=True)
@@ -464,6 +471,19 @@ def check_record(record: dict, source: str, where: str) -> None:
     for k in RECORD_TABLES:
         if record.get(k) is not None:
             table(record[k], k)
+    if "objectives" in record and record["objectives"] is None:
+        raise fail("objectives", "an object of numbers", None)
+    if "objectives" not in record and record.get("quality") in PLAN_QUALITIES:
+        raise InputError(source, f"{where}: objectives", f"missing: a {record['quality']} record holds the "
+                                                          "objectives of its plan")
+    first, *others = RECORD_TOGETHER.get(record["system"], ("",))
+    objectives = record.get("objectives") or {}
+    if objectives.get(first) is not None:
+        for k in others:
+            if k not in objectives:
+                raise InputError(source, f"{where}: objectives.{k}", f"missing beside {first} (the report reads both)")
+            if objectives[k] is None:
+                raise fail(f"objectives.{k}", f"a finite number beside {first} (the report reads both)", None)
     front = record.get("front")
     if front is not None:
         if not isinstance(front, list):

@@ -81,7 +81,8 @@ def _reference(rs: list[dict], key: str, stored: dict | None = None) -> tuple[fl
     run or a run that proved its bound ("lb"; records that say ``exact`` or ``bound_proven``),
     never above the best value found; (None, "-") when nothing certifies one. A heuristic's
     bound (the formulation's analytic one) never counts."""
-    proven = [r["objectives"][key] for r in rs if r.get("quality") == "proven_optimal" and r["objectives"].get(key)]
+    proven = [r["objectives"][key] for r in rs
+              if r.get("quality") == "proven_optimal" and (r.get("objectives") or {}).get(key)]
     if stored and stored.get("status") == "optimal" and stored.get("value"):
         proven.append(stored["value"])
     if proven:
@@ -415,7 +416,7 @@ def write_report(results_dir: Path) -> str:
         if errors:
             lines += ["## Runs that failed or were stopped", ""]
             lines += [f"- {r['system']} {r['instance']} {r['solver']} seed {r['seed']}: {r['termination']}: "
-                      f"{r['message']}" for r in errors]
+                      f"{r.get('message') or '(no message)'}" for r in errors]
         md = "\n".join(lines) + "\n"
         write_atomic(stage / "summary.csv", summary_csv(records))
         write_atomic(stage / "report.md", md)

@@ -73,3 +73,32 @@ def test_pareto_plots_are_capped_and_the_report_says_so(tmp_path, monkeypatch):
     assert sorted(p.name for p in out.glob("pareto_*.png")) == ["pareto_x__i0.png", "pareto_x__i1.png"]
     assert "Only the first 2 of the 5 instances with a front" in md
     assert "x/i4" in md                                    # the tables still list every instance
+
+
+def test_records_the_report_cannot_read_are_refused_naming_the_field(tmp_path):
+    """Each had passed the field types and crashed the report (AttributeError, TypeError, KeyError):
+    objectives null, a rollout round's waiting ratio null or missing beside its trainer finish, a
+    proven optimum without objectives."""
+    sync = {**rec("rollout/tiny-0", "sync"), "system": "rollout",
+            "objectives": {"train_end_s": 5.0, "waiting_ratio": 0.5}}
+    cases = [({**sync, "solver": "fifo", "objectives": None}, "line 2: objectives: expected an object"),
+             ({**sync, "solver": "cgp", "objectives": {"train_end_s": 4.0}}, "line 2: objectives.waiting_ratio"),
+             ({**sync, "solver": "cgp", "objectives": {"train_end_s": 4.0, "waiting_ratio": None}},
+              "line 2: objectives.waiting_ratio"),
+             ({k: v for k, v in sync.items() if k != "objectives"} | {"solver": "cpsat", "quality": "proven_optimal"},
+              "line 2: objectives: missing")]
+    for i, (bad, field) in enumerate(cases):
+        out = folder(tmp_path / str(i), sync, bad)
+        proc = run_cli("report", out)
+        assert_input_error(proc, f"{out / 'runs.jsonl'}: {field}")
+        assert sorted(p.name for p in out.iterdir()) == ["runs.jsonl"]
+
+
+def test_a_failed_run_without_a_message_is_listed(tmp_path):
+    """`message` may be missing (it is optional); the list of failed runs had raised a KeyError."""
+    out = folder(tmp_path, rec(), {**rec(solver="cpsat"), "termination": "error", "quality": "none",
+                                   "objectives": {}} | {"message": None},
+                 {k: v for k, v in rec(solver="single").items() if k != "message"} | {"termination": "error"})
+    md = write_report(out)
+    assert "khadas-vim3/Alex cpsat seed 0: error: (no message)" in md
+    assert "khadas-vim3/Alex single seed 0: error: (no message)" in md

@@ -57,6 +57,17 @@ MAX_PARETO_PLOTS = 50
 # table's order are drawn and the report says so (the table keeps every instance). The catalogue
 # has 14, so a real bench folder's chart is whole.
 MAX_BAR_GROUPS = 50
+# Solvers drawn in one plot (the gradcode chart's bars per instance, a Pareto plot's single
+# plans): matplotlib lays out one legend entry each (3,000 solvers took 12 s per plot); past this
+# many the first in the table's column order are drawn and the report says so. A system
+# registers at most 13 solvers, so a real bench folder's plots are whole.
+MAX_PLOT_SERIES = 20
+# Cells of a section's instance x solver table (mapping: two tables): a folder from anyone may
+# name another solver in every record, and 3,000 such records made a 72 MB report.md in 5.6 s
+# (30,000 would make 7 GB); such a folder is refused before anything is written. A real bench's
+# tables hold hundreds (30 instances x 6 solvers); 10,000 instances of every solver fit.
+MAX_TABLE_CELLS = 1_000_000
+TABLE_SECTIONS = ("mapping", "gradcode", "rollout")
 
 
 def plot_name(instance: str) -> str:
@@ -77,6 +88,27 @@ def _by_instance(records: list[dict]) -> dict[str, list[dict]]:
     for r in records:
         out[r["instance"]].append(r)
     return out
+
+
+def _first_by_solver(rs: list[dict]) -> dict[str, dict]:
+    """Each solver's first record among ``rs`` (an instance's runs), the one its table cell shows."""
+    out: dict[str, dict] = {}
+    for r in rs:
+        out.setdefault(r["solver"], r)
+    return out
+
+
+def _plotted(solvers: list[str]) -> set[str]:
+    """The solvers a plot draws: the first ``MAX_PLOT_SERIES`` of the table's columns."""
+    return set(solvers[:MAX_PLOT_SERIES])
+
+
+def _series_note(solvers: list[str], what: str) -> list[str]:
+    """The line saying that only the first solvers are drawn in ``what`` ([] when all are)."""
+    if len(solvers) <= MAX_PLOT_SERIES:
+        return []
+    return [f"{what} show only the first {MAX_PLOT_SERIES} of the {len(solvers)} solvers (the table's first "
+            "columns); the tables list them all.", ""]
 
 
 def _reference(rs: list[dict], key: str, stored: dict | None = None) -> tuple[float | None, str]:
@@ -134,11 +166,13 @@ def mapping_section(records: list[dict], out: Path, stored: dict | None = None) 
              "limit stopped it: `work limit` (its work limit: CP-SAT deterministic time, NSGA-II evaluations, "
              "HiGHS nodes; the same result on any machine load) or `time limit` (the wall clock).", ""]
     table, gap_table, plots, fronts = [], [], [], 0
+    drawn = _plotted(solvers)
     for inst, rs in by_inst.items():
         ref, tag = _reference(rs, "period_ms", stored.get((inst, "period_ms")))
         cells, gcells = [], []
+        first = _first_by_solver(rs)
         for s in solvers:
-            r = next((x for x in rs if x["solver"] == s), None)
+            r = first.get(s)
             p = (r or {}).get("objectives", {}).get("period_ms")
             if r is None:
                 cells.append("-")
@@ -158,7 +192,8 @@ def mapping_section(records: list[dict], out: Path, stored: dict | None = None) 
             name = plot_name(inst)
             pareto_plot(out / name, f"{inst}: period vs latency", "period_ms", "latency_ms",
                         approx={"nsga2": front},
-                        points={x["solver"]: x["objectives"] for x in rs if x.get("objectives") and not x.get("front")})
+                        points={x["solver"]: x["objectives"] for x in rs
+                                if x.get("objectives") and not x.get("front") and x["solver"] in drawn})
             plots.append(f"![{inst}]({name})")
     lines += markdown_table(("instance", "reference", *solvers), table)
     lines += ["", *markdown_table(("instance", *(f"{s} gap to reference / time (s) / status" for s in solvers)),
@@ -168,6 +203,7 @@ def mapping_section(records: list[dict], out: Path, stored: dict | None = None) 
         if fronts > len(plots):
             lines += [f"Only the first {len(plots)} of the {fronts} instances with a front (in the table's order) are "
                       f"plotted, at most {MAX_PARETO_PLOTS} per report; the fronts of the others are in runs.jsonl.", ""]
+        lines += _series_note(solvers, "The plots")
         lines += plots
     return lines + [""]
 
@@ -187,8 +223,9 @@ def rollout_section(records: list[dict], out: Path) -> list[str]:
     for inst, rs in by_inst.items():
         ref, tag = _reference(rs, "train_end_s")
         cells = []
+        first = _first_by_solver(rs)
         for p in policies:
-            r = next((x for x in rs if x["solver"] == p), None)
+            r = first.get(p)
             o = (r or {}).get("objectives", {})
             if not o.get("train_end_s"):
                 cells.append(_status(r) if r else "-")
@@ -234,12 +271,14 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
              "results/gradcode/ (`pipeplan gradcode study`).", ""]
     table = []
     chart: dict[str, dict[str, float]] = {}
+    shown = _plotted(solvers)
     for inst, rs in by_inst.items():
         values = {r["solver"]: r["objectives"].get("expected_step_s") for r in rs if r.get("objectives")}
         best = min((v for v in values.values() if v), default=None)
         cells = []
+        first = _first_by_solver(rs)
         for s in solvers:
-            r = next((x for x in rs if x["solver"] == s), None)
+            r = first.get(s)
             v = values.get(s)
             if r is None or v is None:
                 cells.append((r or {}).get("termination", "-"))
@@ -251,7 +290,7 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
             tag = "" if r["termination"] in ("completed", "optimal") else f" {_status(r)}"
             cells.append(f"{v:.3f} (x{v / best:.2f}; worst {cell(worst)}){tag}")
         table.append([inst, *cells])
-        chart[inst.split("/", 1)[-1]] = {s: v for s, v in values.items() if v}
+        chart[inst.split("/", 1)[-1]] = {s: v for s, v in values.items() if v and s in shown}
     lines += markdown_table(("instance", *solvers), table)
     if chart:
         drawn = dict(list(chart.items())[:MAX_BAR_GROUPS])
@@ -261,6 +300,7 @@ def gradcode_section(records: list[dict], out: Path) -> list[str]:
         if len(chart) > len(drawn):
             lines += [f"Only the first {len(drawn)} of the {len(chart)} instances (in the table's order) are in the "
                       f"chart, at most {MAX_BAR_GROUPS} per report; the table lists them all.", ""]
+        lines += _series_note(solvers, "The chart's bars")
         lines += ["![gradient coding step times](gradcode_step_time.png)"]
     lines += ["", "Training with each scheme (loss against time, stale gradients): `pipeplan gradcode study` "
                   "(results/gradcode/report.md); this report only reads the bench's records."]
@@ -383,6 +423,18 @@ def limits_section(records: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def _check_table_sizes(by_system: dict[str, list[dict]], source: str) -> None:
+    """Refuse a folder whose instance x solver tables would exceed ``MAX_TABLE_CELLS`` (before
+    anything is drawn or written): names the system, its instances and solvers."""
+    for system in TABLE_SECTIONS:
+        rs = by_system.get(system, ())
+        instances, solvers = len({r["instance"] for r in rs}), len({r["solver"] for r in rs})
+        if instances * solvers > MAX_TABLE_CELLS:
+            raise InputError(source, "solver", f"{solvers:,} {system} solvers over {instances:,} instances make a "
+                                               f"table of {instances * solvers:,} cells, above the report's "
+                                               f"{MAX_TABLE_CELLS:,}")
+
+
 def write_report(results_dir: Path) -> str:
     """Write summary.csv, report.md and the plots of a bench folder; returns report.md.
 
@@ -412,6 +464,7 @@ def write_report(results_dir: Path) -> str:
     by_system: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_system[r["system"]].append(r)
+    _check_table_sizes(by_system, str(records_path))
     with staged_folder(results_dir) as stage:     # report.md, summary.csv and plots appear together
         snapshot = _member(results_dir, SNAPSHOT)
         stored = references(read_optima(snapshot)) if snapshot else {}

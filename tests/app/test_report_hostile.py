@@ -8,6 +8,7 @@ import pytest
 
 from pipeplan.app import report
 from pipeplan.app.report import PLOT_NAME_MAX, write_report
+from pipeplan.core.errors import InputError
 from tests.cli_helpers import assert_input_error, run_cli
 
 
@@ -118,3 +119,36 @@ def test_the_gradcode_chart_is_capped_and_the_report_says_so(tmp_path, monkeypat
     assert drawn == [["i0", "i1"]]
     assert "Only the first 2 of the 5 instances (in the table's order) are in the chart" in md
     assert all(f"| gradcode/i{i} |" in md for i in range(5))
+
+
+def test_plots_draw_at_most_max_plot_series_solvers_and_say_so(tmp_path, monkeypatch):
+    """A legend entry per solver: 3,000 solvers on one instance took 12 s per plot. The plots draw
+    the table's first MAX_PLOT_SERIES solvers; the tables keep every solver."""
+    from pipeplan.app import figures
+
+    bars, plotted = [], []
+    monkeypatch.setattr(report, "MAX_PLOT_SERIES", 2)
+    monkeypatch.setattr(figures, "bar_chart", lambda path, title, groups, **kw: bars.append(groups))
+    monkeypatch.setattr(report, "pareto_plot", lambda path, *a, points, **kw: plotted.append(list(points)))
+    gc = [{**rec("gradcode/i0", s), "system": "gradcode", "objectives": {"expected_step_s": 1.0}} for s in "cab"]
+    mapping = [rec(solver="nsga2", front=[{"period_ms": 30.0, "latency_ms": 40.0}]),
+               *(rec(solver=s) for s in ("single", "heft", "cpsat"))]
+    md = write_report(folder(tmp_path, *gc, *mapping))
+    assert bars == [{"i0": {"a": 1.0, "b": 1.0}}]
+    assert plotted == [["cpsat", "heft"]]         # nsga2 (its front) and single are past the first two
+    assert "The chart's bars show only the first 2 of the 3 solvers" in md
+    assert "The plots show only the first 2 of the 4 solvers" in md
+    assert "| instance | a | b | c |" in md and "| instance | reference | cpsat | heft | nsga2 | single |" in md
+
+
+def test_a_table_past_max_table_cells_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """Another solver name in every record makes an instances x solvers table quadratic in the
+    records (3,000 records: a 72 MB report.md): refused naming the system and its sizes."""
+    monkeypatch.setattr(report, "MAX_TABLE_CELLS", 8)
+    out = folder(tmp_path, *(rec(f"x/i{i}", f"s{i}") for i in range(3)))
+    with pytest.raises(InputError, match=r"runs.jsonl: solver: 3 mapping solvers over 3 instances make a table "
+                                         r"of 9 cells, above the report's 8"):
+        write_report(out)
+    assert sorted(p.name for p in out.iterdir()) == ["runs.jsonl"]
+    monkeypatch.setattr(report, "MAX_TABLE_CELLS", 9)
+    write_report(out)

@@ -32,6 +32,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import re
 import signal
 import socket
 import sys
@@ -102,41 +103,91 @@ def load_suite(name: str) -> tuple[Path, dict]:
         known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.toml")))
         raise InputError(name, "--suite", f"unknown suite (known: {known})")
     suite = load_toml(path)
+    source = str(path)
     unknown = [k for k in suite if k not in SYSTEMS and k != "description"]
     if unknown:
-        raise InputError(str(path), unknown[0], f"unknown section (expected description, {', '.join(SYSTEMS)})")
+        raise InputError(source, unknown[0], f"unknown section (expected description, {', '.join(SYSTEMS)})")
+    if not isinstance(suite.get("description", ""), str):
+        raise InputError(source, "description", f"expected text, got {_shown(suite['description'])}")
     groups = [k for k in suite if k in SYSTEMS]
     if not groups:
-        raise InputError(str(path), "", f"no [[{']], [['.join(SYSTEMS)}]] groups")
+        raise InputError(source, "", f"no [[{']], [['.join(SYSTEMS)}]] groups")
     for system in groups:
         blocks = suite[system] if isinstance(suite[system], list) else [suite[system]]
         for i, g in enumerate(blocks):
-            where = f"{system}[{i}]"
-            if not isinstance(g, dict) or not isinstance(g.get("instances"), list) or not g["instances"]:
-                raise InputError(str(path), f"{where}.instances", "expected a non-empty list of instance patterns")
-            limit = g.get("time_limit", 30.0)
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf:
-                raise InputError(str(path), f"{where}.time_limit", f"expected a positive number, got {limit!r}")
-            solver_patterns = g.get("solvers", ["*"])
-            if not isinstance(solver_patterns, list) or not all(isinstance(x, str) for x in solver_patterns):
-                raise InputError(str(path), f"{where}.solvers", "expected a list of solver patterns")
-            seeds = g.get("seeds", [0])
-            if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-                raise InputError(str(path), f"{where}.seeds", "expected a list of integers")
-            if any(not 0 <= s <= MAX_SEED for s in seeds):
-                raise InputError(str(path), f"{where}.seeds", f"seeds must lie from 0 to {MAX_SEED}, got "
-                                 f"{next(s for s in seeds if not 0 <= s <= MAX_SEED)}")
-            repeated = sorted({x for x in seeds if seeds.count(x) > 1})
-            if repeated:
-                raise InputError(str(path), f"{where}.seeds", f"seed {repeated[0]} is listed twice")
-            if not isinstance(g.get("params", {}), dict):
-                raise InputError(str(path), f"{where}.params", "expected a table of solver parameters")
+            _check_group(g, source, f"{system}[{i}]")
         suite[system] = blocks
     return path, suite
 
 
+GROUP_KEYS = ("instances", "solvers", "seeds", "time_limit", "params")
+# Runs one suite may plan (each group's instances x solvers x seeds, all groups together): each
+# run is a process of its own, and planning holds every run (and suite.json lists their keys), so
+# a suite asking for millions is refused before they are listed; the full suite plans 545. A
+# group's seeds, each at least one run, are held to the same number: 100,000 seeds had taken 84 s
+# to check for repeats (200,000: past 120 s) before the suite's other errors were found.
+MAX_SUITE_RUNS = 100_000
+# Patterns in one group's instances or solvers list: the catalogue holds 73 instances and a system
+# registers at most 13 solvers, so a longer list only costs (each glob is compiled and tried on
+# every name: 100,000 had taken 63 s)
+MAX_SUITE_PATTERNS = 10_000
+
+
+def _shown(value) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _check_group(g, source: str, where: str) -> None:
+    """One ``[[<system>]]`` group of a suite: every field of its type (a list's elements too),
+    unknown fields refused, seeds in range, none twice, at most ``MAX_SUITE_RUNS``; linear in the
+    group's size. Each error names the field (``rollout[0].instances[2]``)."""
+    if not isinstance(g, dict):
+        raise InputError(source, where, f"expected a table of instances, solvers, seeds, ..., got {_shown(g)}")
+    unknown = [k for k in g if k not in GROUP_KEYS]
+    if unknown:
+        raise InputError(source, f"{where}.{unknown[0]}", f"unknown field (expected {', '.join(GROUP_KEYS)})")
+    for key, what, article, default in (("instances", "instance", "an", None), ("solvers", "solver", "a", ["*"])):
+        patterns = g.get(key, default)
+        if not isinstance(patterns, list) or not patterns:
+            raise InputError(source, f"{where}.{key}", f"expected a non-empty list of {what} patterns, got "
+                                                       f"{_shown(patterns)}")
+        if len(patterns) > MAX_SUITE_PATTERNS:
+            raise InputError(source, f"{where}.{key}", f"{len(patterns):,} patterns, above {MAX_SUITE_PATTERNS:,}")
+        for j, x in enumerate(patterns):
+            if not isinstance(x, str):
+                raise InputError(source, f"{where}.{key}[{j}]", f"expected {article} {what} pattern (text), got "
+                                                                f"{_shown(x)}")
+    limit = g.get("time_limit", 30.0)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf:
+        raise InputError(source, f"{where}.time_limit", f"expected a positive number, got {_shown(limit)}")
+    seeds = g.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds:
+        raise InputError(source, f"{where}.seeds", f"expected a non-empty list of integers, got {_shown(seeds)}")
+    if len(seeds) > MAX_SUITE_RUNS:
+        raise InputError(source, f"{where}.seeds", f"{len(seeds):,} seeds, above the {MAX_SUITE_RUNS:,} runs a suite "
+                                                   "may plan (each seed is a run per instance and solver)")
+    seen: set[int] = set()
+    repeated: set[int] = set()
+    for j, x in enumerate(seeds):
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise InputError(source, f"{where}.seeds[{j}]", f"expected an integer, got {_shown(x)}")
+        if not 0 <= x <= MAX_SEED:
+            raise InputError(source, f"{where}.seeds", f"seeds must lie from 0 to {MAX_SEED}, got {_shown(x)}")
+        (repeated if x in seen else seen).add(x)
+    if repeated:
+        raise InputError(source, f"{where}.seeds", f"seed {min(repeated)} is listed twice")
+    if not isinstance(g.get("params", {}), dict):
+        raise InputError(source, f"{where}.params", "expected a table of solver parameters")
+
+
 def _select(patterns: list[str], names: list[str]) -> list[str]:
-    return [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    """The names any shell pattern matches (``fnmatch``'s rules), in the names' order; a pattern
+    without a wildcard is a name looked up, each glob is compiled once (fnmatch's own cache holds
+    32,768 patterns: past that it had recompiled every pattern for every name)."""
+    literal = {p for p in patterns if not any(c in p for c in "*?[")}
+    globs = [re.compile(fnmatch.translate(p)) for p in dict.fromkeys(patterns) if p not in literal]
+    return [n for n in names if n in literal or any(g.match(n) for g in globs)]
 
 
 def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite") -> list[Run]:
@@ -146,6 +197,7 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
 
     runs: list[Run] = []
     planned: dict[str, str] = {}   # run key -> the group that selected it
+    count = 0                      # runs planned by the groups so far
     for system in SYSTEMS:
         if system not in suite:
             continue
@@ -155,11 +207,15 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
         for i, g in enumerate(suite[system]):
             instances = _select(g["instances"], names)
             if not instances:
-                raise InputError(source, f"{system}[{i}].instances", f"no instance matches {g['instances']}")
+                raise InputError(source, f"{system}[{i}].instances", f"no instance matches {_shown(g['instances'])}")
             chosen = _select(g.get("solvers", ["*"]), available)
             if not chosen:
-                raise InputError(source, f"{system}[{i}].solvers",
-                                 f"no available solver matches {g.get('solvers')} (see `pipeplan solvers`)")
+                raise InputError(source, f"{system}[{i}].solvers", f"no available solver matches "
+                                 f"{_shown(g.get('solvers'))} (see `pipeplan solvers`)")
+            count += len(instances) * len(chosen) * len(g.get("seeds", [0]))
+            if count > MAX_SUITE_RUNS:
+                raise InputError(source, f"{system}[{i}]", f"the suite plans {count:,} runs up to this group, above "
+                                                           f"the {MAX_SUITE_RUNS:,} one suite may plan")
             for solver in chosen:   # a parameter a chosen solver does not declare is refused here
                 get_solver(system, solver).check_params(g.get("params", {}), source=f"{source}: {system}[{i}].params")
             for inst in instances:

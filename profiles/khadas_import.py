@@ -325,7 +325,7 @@ def import_khadas(src: Path, repo: Path) -> list[Path]:
     move in together (core.io.staged_folder): a bad measurement file found late, or a write that
     fails while they move in, leaves ``repo`` as it was. Files in ``repo`` that the import does
     not write are never touched."""
-    with staged_folder(repo) as stage:
+    with staged_folder(repo, marked=False) as stage:     # the repository the user names, updated by design
         derived = _derive(src, stage)
     return [repo / path.relative_to(stage) for path in derived]
 

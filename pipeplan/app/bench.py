@@ -48,7 +48,16 @@ from pipeplan.app.stored_optima import SNAPSHOT, read_optima
 from pipeplan.core.api import MAX_SEED
 from pipeplan.core.deadline import check_stop
 from pipeplan.core.errors import InputError, crash_message
-from pipeplan.core.io import check_output, finite_number, load_toml, read_input, write_atomic, write_json
+from pipeplan.core.io import (
+    check_out_folder,
+    check_output,
+    finite_number,
+    load_toml,
+    mark_out_folder,
+    read_input,
+    write_atomic,
+    write_json,
+)
 from pipeplan.core.tables import csv_text
 from pipeplan.core.vocabulary import SYSTEMS
 from pipeplan.instances.paths import INSTANCES_DIR
@@ -750,7 +759,7 @@ def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jo
     cores = os.cpu_count() or 1
     if jobs > cores:
         warn("--jobs", "", f"{jobs} exceeds the {cores} cores of this machine: runs will compete for CPU")
-    check_output(out, folder=True)
+    check_out_folder(out, ours=(RECORDS, LOCK))    # new, empty, pipeplan's, or a bench folder (runs.jsonl, bench.lock)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -761,6 +770,7 @@ def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jo
         todo = [r for r in runs if r.key not in done]
         total, finished = len(runs), len(runs) - len(todo)
         began = time.perf_counter()
+        mark_out_folder(out)
         write_json(out / "suite.json", {
             "suite": suite_name, "source": str(path), "planned": [r.key for r in runs], "engine": engine, "jobs": jobs,
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine()})

@@ -465,7 +465,7 @@ def write_report(results_dir: Path) -> str:
     for r in records:
         by_system[r["system"]].append(r)
     _check_table_sizes(by_system, str(records_path))
-    with staged_folder(results_dir) as stage:     # report.md, summary.csv and plots appear together
+    with staged_folder(results_dir, ours=(RECORDS,)) as stage:     # report.md, summary.csv and plots appear together
         snapshot = _member(results_dir, SNAPSHOT)
         stored = references(read_optima(snapshot)) if snapshot else {}
         for system, rs in by_system.items():

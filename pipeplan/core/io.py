@@ -9,7 +9,10 @@ deep nesting (caught as the parser's RecursionError), a field past the csv limit
 
 Writing: :func:`write_atomic` (temp file, then rename) and :func:`staged_folder` (every file of
 a command appears together, or none does) refuse outputs that are symlinks, folders, devices,
-FIFOs or one of the command's inputs, before anything is written.
+FIFOs or one of the command's inputs, before anything is written. An ``--out`` folder that a
+command writes fixed file names into (report.md, compare.md, ...) must be new, empty or one
+pipeplan wrote (:func:`check_out_folder`: it holds the marker file ``OUT_MARKER``, which every
+such command leaves there); a folder of the user's own is refused, not overwritten.
 
 Size cap: ``PIPEPLAN_MAX_INPUT_MB`` (default 512 MiB) for any single input file.
 """
@@ -243,6 +246,50 @@ def check_output(path: str | Path, *, folder: bool = False, log: bool = False) -
     return path
 
 
+# Left in every --out folder a command writes fixed file names into: the folder is pipeplan's, so
+# a later command may replace the files it writes there. An empty file of this name made by hand
+# gives the same consent (a folder written by a pipeplan from before the marker).
+OUT_MARKER = ".pipeplan-out"
+MARKER_TEXT = ("This folder was written by pipeplan: its commands may replace the files they write here "
+               "(reports, tables, plots); files of other names are never touched.\n")
+
+
+def check_out_folder(out: str | Path, *, ours: tuple[str, ...] = (), option: str = "--out") -> Path:
+    """Refuse an existing ``out`` folder that pipeplan did not write, before anything is written:
+    ``out`` must be new, empty, hold ``OUT_MARKER`` or a file named in ``ours`` (what makes it
+    recognisably the command's own from before the marker: a bench folder's runs.jsonl). A folder
+    of the user's own (their report.md, suite.json, summary.csv) had been overwritten in place.
+    Also every check of :func:`check_output` (a link, a file, a device as ``out``)."""
+    out = check_output(out, folder=True)
+    if not os.path.lexists(out):
+        return out
+    for name in (OUT_MARKER, *ours):
+        try:
+            if stat.S_ISREG(os.lstat(out / name).st_mode):
+                return out
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise InputError(str(out), option, f"cannot read the folder ({exc.strerror or exc})") from None
+    try:
+        with os.scandir(out) as entries:
+            first = [e.name for _, e in zip(range(3), entries)]
+    except OSError as exc:
+        raise InputError(str(out), option, f"cannot read the folder ({exc.strerror or exc})") from None
+    if not first:
+        return out
+    shown = ", ".join(first[:2]) + (", ..." if len(first) > 2 else "")
+    raise InputError(str(out), option, f"not a folder pipeplan wrote (it holds {shown} and no {OUT_MARKER}): "
+                                       f"give a new or empty folder, or add an empty {OUT_MARKER} to let pipeplan "
+                                       "replace the files it writes there")
+
+
+def mark_out_folder(out: str | Path) -> Path:
+    """Leave ``OUT_MARKER`` in ``out`` (checked by :func:`check_out_folder` first): for commands
+    that write their files one by one rather than through :func:`staged_folder`."""
+    return write_atomic(Path(out) / OUT_MARKER, MARKER_TEXT)
+
+
 def write_atomic(path: str | Path, data: str | bytes, *, log: bool = False) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
     so a reader never sees a half-written file and a crash leaves the old file intact. The
@@ -282,18 +329,21 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 
 @contextmanager
-def staged_folder(out: str | Path) -> Iterator[Path]:
+def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool = True) -> Iterator[Path]:
     """A temporary folder beside ``out`` for a command that writes several files: they are moved
     into ``out`` (created if needed) only when the block ends without an error, so a failure
     midway leaves ``out`` as it was (and creates nothing). Files already in ``out`` that the
     command does not write again stay. Every destination is checked with :func:`check_output`
-    (and must stay inside ``out``) before the first file moves.
+    (and must stay inside ``out``) before the first file moves. ``marked`` (every ``--out``
+    folder): ``out`` must first pass :func:`check_out_folder` (``ours`` as there), and
+    ``OUT_MARKER`` moves in with the files; ``marked=False`` only where the user names a folder
+    to update by design (``import-khadas --repo``).
 
     The commit is as atomic as the file system allows: a new ``out`` is the stage folder renamed
     once; into an existing ``out`` the files move one by one, each file it replaces hard-linked
     (or copied) aside first, and a failure (or a signal) partway moves every replaced file back
     and removes the files and folders this commit created, so ``out`` is as it was."""
-    out = check_output(out, folder=True)
+    out = check_out_folder(out, ours=ours) if marked else check_output(out, folder=True)
     anchor = out.parent
     while not anchor.exists():         # stage in the nearest existing folder: same file system
         anchor = anchor.parent
@@ -303,6 +353,8 @@ def staged_folder(out: str | Path) -> Iterator[Path]:
         raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
     try:
         yield stage
+        if marked:
+            write_atomic(stage / OUT_MARKER, MARKER_TEXT)
         files = sorted(p for p in stage.rglob("*") if p.is_file())
         moves = [(src, out / src.relative_to(stage)) for src in files]
         for _, dst in moves:

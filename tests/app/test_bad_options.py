@@ -135,6 +135,7 @@ def test_costmodel_writes_all_its_files_or_none(tmp_path):
     """A README.md folder in --out was found after runs.csv and the plots were written."""
     out = tmp_path / "out"
     (out / "README.md").mkdir(parents=True)
+    (out / ".pipeplan-out").write_text("")          # pipeplan's folder: the README.md folder is what is refused
     assert_input_error(run_cli("costmodel", "--out", out), "README.md", "is a folder")
-    assert [p.name for p in out.iterdir()] == ["README.md"]
+    assert sorted(p.name for p in out.iterdir()) == [".pipeplan-out", "README.md"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]          # no staging folder left

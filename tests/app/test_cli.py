@@ -195,10 +195,11 @@ def test_optima_checks_the_heuristics_table_it_merges_into_before_solving(tmp_pa
     """optima_heuristics.csv in --out is read and rewritten: a byte that is not UTF-8 or an
     unknown solver had been a traceback after the solve, with optima.csv already rewritten."""
     (tmp_path / "optima_heuristics.csv").write_bytes(content)
+    (tmp_path / ".pipeplan-out").write_text("")     # pipeplan's folder (a folder of the user's own is refused)
     proc = run_cli("optima", "--instances", "khadas-vim3/Alex", "--time-limit", "3", "--threads", "1",
                    "--out", tmp_path)
     assert_input_error(proc, str(tmp_path / "optima_heuristics.csv"), field)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["optima_heuristics.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".pipeplan-out", "optima_heuristics.csv"]
     assert (tmp_path / "optima_heuristics.csv").read_bytes() == content
 
 

@@ -63,16 +63,16 @@ def test_staged_folder_publishes_everything_or_nothing(tmp_path):
 
     out = tmp_path / "deep" / "results"
     with pytest.raises(RuntimeError):
-        with staged_folder(out) as stage:
+        with staged_folder(out, marked=False) as stage:
             write_atomic(stage / "a.csv", "1\n")
             raise RuntimeError("midway")
     assert not (tmp_path / "deep").exists() and list(tmp_path.iterdir()) == []   # nothing created, no stage left
-    with staged_folder(out) as stage:
+    with staged_folder(out, marked=False) as stage:
         write_atomic(stage / "a.csv", "1\n")
         write_atomic(stage / "plots" / "b.png", b"png")
     (out / "keep.txt").write_text("mine")
     with pytest.raises(RuntimeError):
-        with staged_folder(out) as stage:
+        with staged_folder(out, marked=False) as stage:
             write_atomic(stage / "a.csv", "2\n")
             raise RuntimeError("midway")
     assert (out / "a.csv").read_text() == "1\n" and (out / "plots" / "b.png").read_bytes() == b"png"
@@ -101,7 +101,7 @@ def test_staged_folder_commit_failing_partway_leaves_out_as_it_was(tmp_path, mon
 
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(InputError, match="cannot write .No space left on device"):
-        with staged_folder(out) as stage:
+        with staged_folder(out, marked=False) as stage:
             (stage / "a.csv").write_text("new a")
             (stage / "b.csv").write_text("new b")
             (stage / "sub").mkdir()
@@ -111,7 +111,7 @@ def test_staged_folder_commit_failing_partway_leaves_out_as_it_was(tmp_path, mon
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in out.iterdir()) == ["a.csv", "keep.txt"]          # no sub/ left
     assert [p.name for p in tmp_path.iterdir()] == ["out"]                          # no stage, no backup
-    with staged_folder(out) as stage:                                                # and it still works
+    with staged_folder(out, marked=False) as stage:                                  # and it still works
         (stage / "a.csv").write_text("new a")
         (stage / "sub").mkdir()
         (stage / "sub" / "c.csv").write_text("new c")
@@ -130,12 +130,12 @@ def test_staged_folder_new_out_appears_by_one_rename(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     with pytest.raises(InputError, match="cannot write"):
-        with staged_folder(out) as stage:
+        with staged_folder(out, marked=False) as stage:
             (stage / "a.csv").write_text("1")
             monkeypatch.setattr(core_io.os, "rename", failing_rename)
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
-    with staged_folder(out) as stage:
+    with staged_folder(out, marked=False) as stage:
         (stage / "a.csv").write_text("1")
         (stage / "empty").mkdir()
     mask = os.umask(0)

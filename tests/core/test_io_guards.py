@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import (
+    OUT_MARKER,
     check_output,
     load_json,
     load_toml,
@@ -211,6 +212,7 @@ def test_staged_folder_never_writes_through_a_linked_subfolder(tmp_path):
     out.mkdir()
     elsewhere.mkdir()
     (out / "plots").symlink_to(elsewhere)
+    (out / OUT_MARKER).write_text("")        # pipeplan's folder: the link inside it is what is refused
     with pytest.raises(InputError, match="symbolic link"):
         with staged_folder(out) as stage:
             (stage / "plots").mkdir()

@@ -42,9 +42,9 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "cpsat: optimal/proven_optimal train end 18.125 s" in proc.stdout and "ratio to optimum" in proc.stdout
     assert json.loads((tmp_path / "opt.json").read_text())["schema"] == "pipeplan.result/1"
-    proc = cli("compare", "rollout/tiny-1", "--policies", "sync,cgp", "--out", tmp_path)
+    proc = cli("compare", "rollout/tiny-1", "--policies", "sync,cgp", "--out", tmp_path / "cmp")   # a folder of its own
     assert proc.returncode == 0 and "ratio to lower bound (bound, not optimum)" in proc.stdout
-    assert (tmp_path / "compare.csv").exists()
+    assert (tmp_path / "cmp" / "compare.csv").exists()
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -186,7 +186,7 @@ def test_async_study_writes_its_files(tmp_path):
     proc = cli("async", "--workloads", "lsat-ar", "--R", "4", "--rounds", "3", "--staleness", "0,1", "--seeds", "1",
                "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert {p.name for p in tmp_path.iterdir()} == {"async.md", "async.csv", "async.png"}
+    assert {p.name for p in tmp_path.iterdir()} == {"async.md", "async.csv", "async.png", ".pipeplan-out"}
     rows = (tmp_path / "async.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 4          # header + 2 KV sizes x 2 staleness bounds x 4 policies
 

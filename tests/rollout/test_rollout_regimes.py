@@ -16,6 +16,7 @@ from pipeplan.app.studies.rollout_regimes import (
     regime_map,
     write_regimes,
 )
+from pipeplan.core.io import OUT_MARKER
 
 PRESSURE = Regime(64, 60_000, "paper", rounds=4, staleness=1, retract_rule="sglang")
 PRESSURE_VLLM = Regime(64, 60_000, "paper", rounds=4, staleness=1, retract_rule="vllm")
@@ -72,7 +73,7 @@ def test_every_feature_off_fgd_equals_cgp(rows):
 
 def test_files(rows, tmp_path):
     written = write_regimes(list(rows.values()), tmp_path, "pytest")
-    assert {p.name for p in written} == {p.name for p in tmp_path.iterdir()}
+    assert {p.name for p in written} | {OUT_MARKER} == {p.name for p in tmp_path.iterdir()}
     md = (tmp_path / "fgd_regimes.md").read_text()
     assert "FGD-soft beats CGP by >= 5% (mean over seeds) in 1 of 3 regimes" in md
     with open(tmp_path / "fgd_regimes.csv") as fh:

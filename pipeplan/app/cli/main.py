@@ -25,7 +25,7 @@ from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
 from pipeplan.core.deadline import MODEL_RUN_LIMIT_S, stop
 from pipeplan.core.errors import InputError, SolverFailure, Terminated
-from pipeplan.core.io import check_output, staged_folder
+from pipeplan.core.io import check_out_folder, check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS, SYSTEMS
 
@@ -333,6 +333,7 @@ def energy_efficiency_cmd(out: Path = typer.Option(Path("results/mapping"), "--o
     chosen = name_list("--instances", instances) if instances is not None else INSTANCES
     for inst in chosen:
         load_mapping(inst)
+    check_out_folder(out)
     for file in ("energy_efficiency.md", "energy_efficiency.csv", "energy_efficiency_plans.csv"):
         check_output(out / file)
     command = command_text("pipeplan energy-efficiency")
@@ -371,6 +372,7 @@ def optima_cmd(instances: str = typer.Option("a311d/*,bst/*", "--instances",
         names += [n for n in matched if n not in names]
     for name in names:
         load_mapping(name)
+    check_out_folder(out)
     for file in ("optima.csv", "optima.md", "optima_heuristics.csv"):
         check_output(out / file)
     with _progress("optima") as progress:

@@ -25,7 +25,7 @@ from pipeplan.app.cli.common import command_text, fail_if_all_failed, listed, na
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_output, staged_folder
+from pipeplan.core.io import check_out_folder, check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
@@ -224,7 +224,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
     if offline and problem.rounds > 1:
         raise InputError("--offline", "", "the offline optimum plans one round; drop --offline or --rounds")
     if out is not None:
-        check_output(out, folder=True)
+        check_out_folder(out)
     with _progress(f"compare {problem.name}"):
         results = solve_all(problem, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier,
                             staleness=staleness)
@@ -330,7 +330,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
     kinds = _engines(engines)
     preset_round(workload, R, seed=seed)          # bad presets and R < U fail before any work
     command = command_text("pipeplan rollout sweep")
-    check_output(out, folder=True)
+    check_out_folder(out)
     with _progress("sweep") as progress:
         rows = sweep(workload=workload, R=R, seed=seed, rhos=values, engines=kinds, time_limit=time_limit,
                      threads=threads, frontier=frontier, progress=progress)
@@ -366,7 +366,7 @@ def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, max=MAX_STUDY_S
     jitter = ARRIVAL_JITTER_GROUPS if jitter is None else jitter
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates
     command = command_text("pipeplan rollout reproduce")
-    check_output(out, folder=True)
+    check_out_folder(out)
     with _progress("reproduce") as progress:
         records = reproduce(seeds=seeds, max_response=max_response, jitter=jitter, frontier=frontier, progress=progress)
         sens = sensitivity_rows(seeds=seeds, frontier=frontier) if sensitivity else None
@@ -401,7 +401,7 @@ def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "s
     for w in names:
         preset_round(w, 32)                      # unknown presets fail before any work
     command = command_text("pipeplan rollout frontier")
-    check_output(out, folder=True)
+    check_out_folder(out)
     with _progress("frontier") as progress:
         rows = frontier_study(workloads=names, seeds=seeds, progress=progress)
     md = frontier_markdown(rows, command, seeds)
@@ -433,7 +433,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
     for w in names:
         preset_round(w, R, rounds=rounds)        # bad presets, R < U fail before any work
     command = command_text("pipeplan rollout async")
-    check_output(out, folder=True)
+    check_out_folder(out)
     with _progress("async") as progress:
         rows = async_study(workloads=names, R=R, rounds=rounds, stalenesses=etas, seeds=seeds, progress=progress)
     md = async_markdown(rows, command)
@@ -455,7 +455,7 @@ def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, max=MAX_STUDY
     from pipeplan.core.tables import csv_text
 
     command = command_text("pipeplan rollout explain-r32")
-    check_output(out, folder=True)
+    check_out_folder(out)
     with _progress("explain-r32") as progress:
         rows = explain_r32(seeds=seeds, progress=progress)
     md = r32_markdown(rows, command)
@@ -484,7 +484,7 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
     check_memory("--jobs", jobs, WORKER_PROCESS_BYTES)
     preset_round(workload, 32)                  # an unknown preset fails before any work
     command = command_text("pipeplan rollout regimes")
-    check_output(out, folder=True)
+    check_out_folder(out)
     with _progress("regimes") as progress:
         rows = regime_map(workload=workload, seeds=seeds, cpsat_seeds=1 if cpsat_time_limit > 0 else 0,
                           cpsat_time_limit=cpsat_time_limit or 10.0, frontier=frontier, workers=jobs,
@@ -535,7 +535,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     bound_Rs = _whole_numbers(bound_rs, "--bound-rs", 1)
     kinds = _engines(engines)
     command = command_text("pipeplan rollout optimum-gaps")
-    check_output(out, folder=True)
+    check_out_folder(out)
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
                             rhos=values, engines=kinds, Rs=tuple(Rs), bound_Rs=tuple(bound_Rs), branch_time=branch_time,

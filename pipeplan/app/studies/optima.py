@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pipeplan.app.stored_optima import COLUMNS, read_optima
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_text, write_atomic
+from pipeplan.core.io import load_text, mark_out_folder, write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 
@@ -109,6 +109,8 @@ def run_optima(names: list[str], out: Path, *, objective: str = "period", time_l
         row = solve_optimum(name, objective, time_limit=time_limit, threads=threads)
         rows.append(row)
         merged = merge(read_optima(out / "optima.csv"), [row])
+        if i == 0:                # the CLI checked the folder (core.io.check_out_folder) before the solves
+            mark_out_folder(out)
         write_atomic(out / "optima.csv", csv_text(merged, OPTIMA_COLUMNS, float_format=".10g"), log=True)
         if heuristics and objective == "period":      # against the tightest row known, this run's or not
             stored = next(r for r in merged if r["instance"] == name and r["objective"] == row["objective"])

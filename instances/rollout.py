@@ -13,11 +13,17 @@ import re
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.param_values import MAX_SEED
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
 from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
 
 TINY = 4
-_NAME = re.compile(r"^rollout/(?P<w>[a-z0-9_-]+)-R(?P<R>\d+)(?:-s(?P<seed>\d+))?$")
+# ASCII digits only (``\d`` takes any script's); a number is read only when it has at most
+# ``_DIGITS`` digits, so a name never reaches int() with thousands of them (past Python's limit)
+_NAME = re.compile(r"^rollout/(?P<w>[a-z0-9_-]+)-R(?P<R>[0-9]+)(?:-s(?P<seed>[0-9]+))?$", re.ASCII)
+_TINY = re.compile(r"^rollout/tiny-(?P<k>[0-9]+)$", re.ASCII)
+_DIGITS = 18
+MAX_R = 10 ** _DIGITS        # far above any round that fits in memory (``preset_round`` checks that)
 
 
 def instance_names() -> list[str]:
@@ -40,19 +46,32 @@ def tiny_instance(k: int) -> RolloutProblem:
                           source=f"rollout/tiny-{k}")
 
 
+def _shown(name: str) -> str:
+    """The name as an error shows it: a run of more than ``_DIGITS`` digits as its length."""
+    return re.sub(rf"[0-9]{{{_DIGITS + 1},}}", lambda m: f"<{len(m[0])} digits>", name)
+
+
+def _number(name: str, field: str, digits: str, most: int) -> int:
+    """A number of a catalogue name, at most ``most``; one of more digits than that has is
+    refused unread."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(most)) or int(digits) > most:
+        raise InputError(_shown(name), field, f"expected a whole number from 0 to {most:,}, got {_shown(digits)}")
+    return int(digits)
+
+
 def load_instance(name: str) -> RolloutProblem:
     path = Path(name)
     if path.suffix in (".json", ".csv", ".jsonl") and path.exists():
         from pipeplan.formulations.rollout.traces import load_problem_file
         return load_problem_file(path)
-    if name.startswith("rollout/tiny-") and name[len("rollout/tiny-"):].isdigit():
-        k = int(name[len("rollout/tiny-"):])
-        if k < TINY:
-            return tiny_instance(k)
+    tiny = _TINY.match(name)
+    if tiny and len(tiny["k"]) <= _DIGITS and int(tiny["k"]) < TINY:     # a long run of digits is no tiny round
+        return tiny_instance(int(tiny["k"]))
     m = _NAME.match(name)
     if m and m["w"] in PRESETS:
-        return preset_round(m["w"], int(m["R"]), seed=int(m["seed"] or 0))
+        return preset_round(m["w"], _number(name, "R", m["R"], MAX_R), seed=_number(name, "seed", m["seed"] or "0", MAX_SEED))
     if m:
-        preset_round(m["w"], int(m["R"]))      # raises the unknown-preset error
-    raise InputError(name, "instance", f"unknown rollout instance (e.g. {', '.join(instance_names()[:3])}, "
+        preset_round(m["w"], 1)      # raises the unknown-preset error
+    raise InputError(_shown(name), "instance", f"unknown rollout instance (e.g. {', '.join(instance_names()[:3])}, "
                      "rollout/tiny-0, or a .json/.csv/.jsonl file)")

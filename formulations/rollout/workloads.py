@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.param_values import MAX_SEED
 from pipeplan.core.sizes import check_memory
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
 
@@ -127,9 +128,10 @@ def check_groups(source: str, R) -> None:
 
 
 def check_seed(source: str, seed) -> None:
-    """The lengths and arrival orders are drawn from ``seed``: a whole number >= 0."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InputError(source, "seed", f"expected a whole number >= 0, got {seed!r}")
+    """The lengths and arrival orders are drawn from ``seed``: a whole number from 0 to
+    ``MAX_SEED`` (2^31 - 1, every command's ``--seed``)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise InputError(source, "seed", f"expected a whole number from 0 to {MAX_SEED}, got {seed!r}")
 
 
 def sample_lengths(w: Workload, R: int, K: int, seed: int) -> tuple[list[int], list[list[int]]]:

@@ -5,11 +5,11 @@ import math
 import time
 
 from pipeplan.core.errors import InputError, crash_message
+from pipeplan.core.param_values import MAX_SEED
 from pipeplan.core.registry import get_solver
 from pipeplan.core.result import Quality, SolveResult, Termination
 
 MAX_THREADS = 4096          # solver threads (CP-SAT workers, HiGHS threads)
-MAX_SEED = 2 ** 31 - 1      # CP-SAT's random_seed is a 32-bit integer; numpy takes no seed below 0
 
 
 def check_limits(time_limit: float | None, threads: int = 1, option: str = "--time-limit",

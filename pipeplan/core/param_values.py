@@ -75,6 +75,7 @@ def _finite(value) -> bool:
 
 
 MAX_WHOLE = 10**9    # counts of moves, evaluations, generations, weight versions, groups
+MAX_SEED = 2 ** 31 - 1      # CP-SAT's random_seed is a 32-bit integer; numpy takes no seed below 0
 # Every parameter a solver declares besides the common options and its Literal ones, by name
 # (``(system, name)`` first where a system's meaning differs); ``tests/core/test_solver_params``
 # requires an entry for each, so a new parameter cannot escape the up-front check.

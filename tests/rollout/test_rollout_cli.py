@@ -68,8 +68,17 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("async", "--staleness", "0,-1"), ("--staleness",)),
     (("async", "--rounds", "0"), ("--rounds",)),
     (("compare", "--workload", "lsat-ar", "--R", "4", "--rounds", "2", "--offline"), ("--offline", "one round")),
-    (("simulate", "--workload", "lsat-ar", "--R", "4", "--seed", "-1"), ("lsat-ar: seed", ">= 0")),
-    (("sweep", "--R", "4", "--seed", "-1"), ("lsat-ar: seed", ">= 0")),
+    (("simulate", "--workload", "lsat-ar", "--R", "4", "--seed", "-1"), ("--seed", "from 0 to 2147483647")),
+    (("sweep", "--R", "4", "--seed", "-1"), ("lsat-ar: seed", "from 0 to 2147483647")),
+    # the docs' --seed range: a seed past it had been drawn from (numpy takes any)
+    (("simulate", "--workload", "lsat-ar", "--R", "4", "--seed", "9" * 20), ("--seed", "from 0 to 2147483647")),
+    (("simulate", "rollout/lsat-ar-R4-s2147483648"), ("rollout/lsat-ar-R4-s2147483648: seed", "2,147,483,647")),
+    # catalogue names with numbers past int()'s 4,300 digits had crashed with a ValueError
+    (("simulate", "rollout/lsat-ar-R" + "9" * 5000), ("rollout/lsat-ar-R<5000 digits>: R", "whole number")),
+    (("simulate", "rollout/lsat-ar-R32-s" + "9" * 5000), ("rollout/lsat-ar-R32-s<5000 digits>: seed", "whole number")),
+    (("simulate", "rollout/tiny-" + "9" * 5000), ("rollout/tiny-<5000 digits>: instance", "unknown rollout instance")),
+    (("compare", "rollout/tiny-" + "9" * 5000), ("rollout/tiny-<5000 digits>: instance", "unknown rollout instance")),
+    (("simulate", "rollout/tiny-²"), ("rollout/tiny-²: instance", "unknown rollout instance")),
     (("simulate", "--workload", "lsat-ar", "--R", "4", "--engine", "replicas=1000000000000"),
      ("engine.replicas", "32 requests")),
     (("sweep", "--R", "4", "--rhos", "1,inf"), ("--rhos", "finite")),
@@ -147,7 +156,7 @@ def test_trace_seed_and_R_out_of_range_are_rejected(tmp_path):
     f.write_text("prompt_id,sample_id,response_tokens\na,0,10\na,1,1\nb,0,3\nb,1,4\nc,0,3\nc,1,4\n")
     for R in ("0", "-1"):               # -1 used to drop the last prompt, 0 to keep them all
         assert_input_error(cli("simulate", "--trace", f, "--R", R), "t.csv: R", "at least 1")
-    assert_input_error(cli("simulate", "--trace", f, "--seed", "-1", "--jitter", "2"), "t.csv: seed", ">= 0")
+    assert_input_error(cli("simulate", "--trace", f, "--seed", "-1", "--jitter", "2"), "--seed", "from 0 to")
     assert cli("simulate", "--trace", f, "--R", "2").returncode == 0
 
 

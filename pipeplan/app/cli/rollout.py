@@ -69,6 +69,7 @@ def _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, m
     from pipeplan.instances.rollout import load_instance
 
     _check_jitter(jitter)
+    check_limits(None, seed=seed)          # the lengths and arrival orders are drawn from it
     given = [x is not None for x in (instance, workload, trace)]
     if sum(given) != 1:
         raise InputError("rollout", "", "give exactly one of INSTANCE, --workload or --trace")

@@ -3,13 +3,14 @@ response tokens (optionally the prompt tokens), turned into one round.
 
 CSV header (any column order): ``prompt_id,sample_id,response_tokens[,prompt_tokens]``;
 JSONL: one object per line with the same keys. Groups keep the order in which their prompt
-ids first appear; samples are sorted by sample id; every prompt needs the same number of
-samples (K). A missing, non-integer, negative or too large length (over ``MAX_COUNT``, 1e9
+ids first appear; samples are sorted by sample id (integer ids numerically, then the others as
+text); every prompt needs the same number of samples (K). A missing, non-integer, negative or too large length (over ``MAX_COUNT``, 1e9
 tokens) is an error naming the file, the line and the column (``t.csv: line 3: response_tokens``).
 """
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
@@ -64,6 +65,22 @@ def _count(path: Path, n: int, row: dict, key: str, *, positive: bool = False) -
     return number
 
 
+_NINES = str.maketrans("0123456789", "9876543210")
+
+
+def sample_order(sid: str) -> tuple:
+    """Sort key of a sample id: integers (an optional ``-`` and decimal digits, as ``int`` reads
+    them) in numeric order, of any length (compared as digit strings: int() refuses more than
+    4,300 digits), then every other id as text (``--1``, ``²``)."""
+    body = sid[1:] if sid.startswith("-") else sid
+    if not body.isdecimal():
+        return (1, sid)
+    digits = "".join(str(unicodedata.decimal(c)) for c in body).lstrip("0")
+    if sid.startswith("-") and digits:          # larger magnitudes first: nines' complement
+        return (0, 0, -len(digits), digits.translate(_NINES))
+    return (0, 1, len(digits), digits)
+
+
 def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=None, jitter_groups: float = 0.0,
                seed: int = 0) -> RolloutProblem:
     """A round from a trace; ``R`` keeps the first R prompts."""
@@ -95,10 +112,7 @@ def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=N
     if len(sizes) != 1:
         raise InputError(str(path), "sample_id", f"prompts have different numbers of samples {sorted(sizes)} (K must be equal)")
 
-    def by_id(sid: str):
-        return (0, int(sid)) if sid.lstrip("-").isdigit() else (1, sid)
-
-    responses = [[g["samples"][s] for s in sorted(g["samples"], key=by_id)] for _, g in chosen]
+    responses = [[g["samples"][s] for s in sorted(g["samples"], key=sample_order)] for _, g in chosen]
     prompts = [g["prompt"] or DEFAULT_PROMPT_TOKENS for _, g in chosen]
     return make_round(f"trace/{path.stem}", prompts, responses, engine=engine, trainer=trainer,
                       jitter_groups=jitter_groups, seed=seed, source=str(path),

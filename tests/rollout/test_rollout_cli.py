@@ -182,6 +182,21 @@ def test_simulate_checks_both_outputs_before_writing_either(tmp_path):
     assert {p.name for p in (tmp_path / "new").iterdir()} == {"s.json", "g.png"}
 
 
+def test_trace_sample_ids_sort_as_integers_then_text(tmp_path):
+    """``--1``, ``²`` and a 5,000-digit id had crashed int(): they are ids like any text, and
+    integers of any length sort by value."""
+    from pipeplan.formulations.rollout.traces import load_trace, sample_order
+    long = "9" * 5000
+    ids = ["b", "--1", long, "²", "10", "-" + long, "2", "-3", "0" + long[:-1], "٣"]
+    assert sorted(ids, key=sample_order) == ["-" + long, "-3", "2", "٣", "10", "0" + long[:-1], long, "--1", "b", "²"]
+    f = tmp_path / "t.csv"
+    f.write_text("prompt_id,sample_id,response_tokens\n" + "".join(
+        f"p{g},{sid},{n}\n" for g in (1, 2) for sid, n in (("--1", 5), ("1", 6), (long, 7), ("²", 8))))
+    assert load_trace(f).response_tokens == ((6, 7, 5, 8), (6, 7, 5, 8))
+    proc = cli("simulate", "--trace", f, "--policy", "fifo")
+    assert proc.returncode == 0 and "checker: ok" in proc.stdout, proc.stderr
+
+
 def test_simulate_with_engine_features_rounds_and_staleness():
     proc = cli("simulate", "--workload", "lsat-ar", "--R", "8", "--rounds", "3", "--staleness", "1",
                "--engine", "replicas=2", "--engine", "router=group_affinity", "--engine", "prefix_sharing=true",

@@ -295,6 +295,9 @@ class RolloutProblem:
         if self.engine.replicas > max(self.n_requests, FEW_REPLICAS):   # the simulator visits every replica
             raise InputError(src, "engine.replicas", f"{self.engine.replicas} replicas for {self.n_requests} requests: "
                              f"at most one per request (or {FEW_REPLICAS}); the others would never run one")
+        for j, i in enumerate(self.arrival):     # JSON integers: 0.0 would pass the sort below, then index lists
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise InputError(src, f"arrival[{j}]", f"expected a whole number (a request's index), got {i!r}")
         if self.arrival and sorted(self.arrival) != list(range(self.n_requests)):
             raise InputError(src, "arrival", f"must list every request 0..{self.n_requests - 1} once")
 

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.sizes import check_memory
 
 PROBLEM_SCHEMA = "pipeplan.rollout/1"
 KV_MODES = ("reserve", "on_demand")
@@ -36,6 +37,9 @@ MAX_SECONDS = 1e6
 # them over every request in 64-bit integers (kv_capacity_tokens=1e23 failed there as "Unable to
 # cast"), and step-plan's timeline holds arrays over every decode step
 MAX_COUNT = 10**9
+# Peak memory per request of a round, simulated (measured: about 760 bytes at R = 4,000, K = 100):
+# a drawn round (``--R x --K``), a problem file and a trace are all refused past the memory cap
+BYTES_PER_REQUEST = 1024
 
 
 def _positive(source: str, where: str, value, *, integer: bool = False, zero_ok: bool = False,
@@ -395,6 +399,7 @@ def problem_from_dict(doc: dict[str, Any], source: str) -> RolloutProblem:
     responses = doc.get("response_tokens")
     if not isinstance(responses, list) or not all(isinstance(r, list) for r in responses):
         raise InputError(source, "response_tokens", "expected a list of lists (one per group)")
+    check_memory(f"{source}: response_tokens", sum(map(len, responses)), BYTES_PER_REQUEST)   # before the round is built
     return RolloutProblem(name=str(doc.get("name") or source), source=source,
                           prompt_tokens=int_list("prompt_tokens", doc.get("prompt_tokens")),
                           response_tokens=tuple(tuple(r) for r in responses),

@@ -4,7 +4,9 @@ response tokens (optionally the prompt tokens), turned into one round.
 CSV header (any column order): ``prompt_id,sample_id,response_tokens[,prompt_tokens]``;
 JSONL: one object per line with the same keys. Groups keep the order in which their prompt
 ids first appear; samples are sorted by sample id (integer ids numerically, then the others as
-text); every prompt needs the same number of samples (K). A missing, non-integer, negative or too large length (over ``MAX_COUNT``, 1e9
+text); every prompt needs the same number of samples (K). A trace of more lines than the
+memory cap holds requests (``check_memory``, as a drawn round's ``--R x --K``) is refused
+before its rows are parsed. A missing, non-integer, negative or too large length (over ``MAX_COUNT``, 1e9
 tokens) is an error naming the file, the line and the column (``t.csv: line 3: response_tokens``).
 """
 from __future__ import annotations
@@ -14,8 +16,9 @@ import unicodedata
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_json, load_text, parse_number, read_csv, too_many_digits
-from pipeplan.formulations.rollout.problem import MAX_COUNT, RolloutProblem, problem_from_dict
+from pipeplan.core.io import load_json, load_text, parse_csv, parse_number, too_many_digits
+from pipeplan.core.sizes import check_memory
+from pipeplan.formulations.rollout.problem import BYTES_PER_REQUEST, MAX_COUNT, RolloutProblem, problem_from_dict
 from pipeplan.formulations.rollout.workloads import check_groups, make_round
 
 REQUIRED = ("prompt_id", "sample_id", "response_tokens")
@@ -23,8 +26,11 @@ DEFAULT_PROMPT_TOKENS = 256
 
 
 def _rows(path: Path) -> list[tuple[int, dict]]:
+    text = load_text(path, what="trace")
+    # every line may be a request: refused before the rows are parsed (about 850 bytes each,
+    # under what simulating a request takes) when the round could not be held
+    check_memory(f"{path}: lines", text.count("\n") + (not text.endswith("\n")), BYTES_PER_REQUEST)
     if path.suffix == ".jsonl":
-        text = load_text(path, what="trace")
         if not text.strip():
             raise InputError(str(path), "", "empty trace")
         rows = []
@@ -42,7 +48,7 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
                     raise InputError(str(path), f"line {n}", "expected a JSON object")
                 rows.append((n, row))
         return rows
-    lines = read_csv(path, what="trace")
+    lines = parse_csv(text, str(path))
     if not lines:
         raise InputError(str(path), "", "empty trace")
     header = lines[0][1]

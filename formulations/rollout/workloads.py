@@ -37,7 +37,7 @@ import numpy as np
 from pipeplan.core.errors import InputError
 from pipeplan.core.param_values import MAX_SEED
 from pipeplan.core.sizes import check_memory
-from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
+from pipeplan.formulations.rollout.problem import BYTES_PER_REQUEST, EngineModel, RolloutProblem, TrainerModel
 
 # Qwen3-1.7B (28 layers, 8 KV heads x 128, bf16) on 2x A100-40GB, tensor parallel 2.
 #   KV per token = 28 layers x 2 (K, V) x 8 heads x 128 x 2 bytes = 112 KiB; about 0.46 M tokens
@@ -106,8 +106,6 @@ TAILS: dict[str, tuple[float, float, int]] = {
 # Slime launches every group's K requests concurrently, so requests reach SGLang's FCFS queue
 # group-major but interleaved with neighbouring groups; arrival key = group + U(0, jitter).
 ARRIVAL_JITTER_GROUPS = 8.0
-# Peak memory per request of a round, simulated (measured: about 760 bytes at R = 4,000, K = 100)
-BYTES_PER_REQUEST = 1024
 
 
 def workload(name: str) -> Workload:

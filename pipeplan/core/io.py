@@ -3,7 +3,7 @@
 Reading: :func:`read_input` opens a user's file without following it into a FIFO, device or
 folder, refuses files above the size cap and remembers every file it read (so no command writes its
 output over one of its own inputs); :func:`load_text`, :func:`load_json`, :func:`load_toml`,
-:func:`read_csv` and :func:`parse_number` build on it and turn every fault (bad encoding, too
+:func:`read_csv` (:func:`parse_csv`) and :func:`parse_number` build on it and turn every fault (bad encoding, too
 deep nesting (caught as the parser's RecursionError), a field past the csv limit, NaN or overflowing numbers) into one
 :class:`InputError` naming the file and the line or field.
 
@@ -164,8 +164,11 @@ def read_csv(path: str | Path, *, what: str = "CSV file") -> list[tuple[int, lis
     """Non-empty rows of a CSV file with the line each starts on; a field past the csv module's
     size limit or a broken quote is an error naming the line (and the column, when it is a field
     that is too long)."""
-    path = Path(path)
-    text = load_text(path, what=what)
+    return parse_csv(load_text(path, what=what), str(path))
+
+
+def parse_csv(text: str, source: str) -> list[tuple[int, list[str]]]:
+    """:func:`read_csv` on a file's text already read (by a loader that sizes it first)."""
     reader = csv.reader(io.StringIO(text, newline=""))
     rows, start = [], 1
     try:
@@ -174,7 +177,7 @@ def read_csv(path: str | Path, *, what: str = "CSV file") -> list[tuple[int, lis
                 rows.append((start, row))
             start = reader.line_num + 1
     except csv.Error as exc:
-        raise InputError(str(path), _csv_fault(text, start, len(rows)), f"unreadable CSV ({exc})") from None
+        raise InputError(source, _csv_fault(text, start, len(rows)), f"unreadable CSV ({exc})") from None
     return rows
 
 

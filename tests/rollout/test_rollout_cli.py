@@ -197,6 +197,28 @@ def test_trace_sample_ids_sort_as_integers_then_text(tmp_path):
     assert proc.returncode == 0 and "checker: ok" in proc.stdout, proc.stderr
 
 
+def test_problem_files_and_traces_obey_the_memory_cap(tmp_path):
+    """A 1.2 MB problem of 200,000 one-sample groups (or a 200,000-row trace) ran at 320 MB under
+    a 100 MiB cap that --workload obeys; each is now refused, naming the file, before the round
+    is built (a trace before its rows are parsed)."""
+    doc = json.loads((ROOT / "tests/bad_inputs/good/rollout_problem.json").read_text())
+    n = 200_000
+    doc.update(prompt_tokens=[1] * n, response_tokens=[[1]] * n, arrival=[])
+    doc["engine"].update(kv_capacity_tokens=10 ** 6, max_num_seqs=1000)
+    problem = tmp_path / "p.json"
+    problem.write_text(json.dumps(doc))
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt_id,sample_id,response_tokens\n" + "".join(f"p{i},0,1\n" for i in range(n)))
+    env = {"PIPEPLAN_MAX_MEMORY_MB": "100"}
+    for args, field in (((problem,), "p.json: response_tokens"), (("--trace", trace), "t.csv: lines")):
+        for command in ("simulate", "compare", "optimum"):
+            proc = run_cli("rollout", command, *args, "--out", tmp_path / "out", env=env)
+            assert_input_error(proc, field, "200000" if field.endswith("tokens") else "200001", "above the limit")
+    proc = run_cli("rollout", "simulate", "--workload", "lsat-ar", "--R", str(n), "--K", "1", env=env)
+    assert_input_error(proc, "--R x --K", "above the limit")
+    assert not (tmp_path / "out").exists()
+
+
 def test_simulate_with_engine_features_rounds_and_staleness():
     proc = cli("simulate", "--workload", "lsat-ar", "--R", "8", "--rounds", "3", "--staleness", "1",
                "--engine", "replicas=2", "--engine", "router=group_affinity", "--engine", "prefix_sharing=true",

@@ -182,6 +182,23 @@ def test_simulate_checks_both_outputs_before_writing_either(tmp_path):
     assert {p.name for p in (tmp_path / "new").iterdir()} == {"s.json", "g.png"}
 
 
+def test_simulate_checks_its_outputs_against_its_inputs_before_writing_either(tmp_path):
+    """--gantt naming the problem file was refused at write time, after --out had been written."""
+    problem = tmp_path / "p.json"
+    problem.write_bytes((ROOT / "tests/bad_inputs/good/rollout_problem.json").read_bytes())
+    before = problem.read_bytes()
+    for out, gantt in ((tmp_path / "new.json", problem), (problem, tmp_path / "g.png")):
+        proc = cli("simulate", problem, "--policy", "fifo", "--out", out, "--gantt", gantt)
+        assert_input_error(proc, "p.json", "overwrite an input")
+        assert problem.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt_id,sample_id,response_tokens\na,0,10\na,1,1\nb,0,3\nb,1,4\n")
+    proc = cli("simulate", "--trace", trace, "--policy", "fifo", "--out", tmp_path / "new.json", "--gantt", trace)
+    assert_input_error(proc, "t.csv", "overwrite an input")
+    assert not (tmp_path / "new.json").exists()
+
+
 def test_trace_sample_ids_sort_as_integers_then_text(tmp_path):
     """``--1``, ``²`` and a 5,000-digit id had crashed int(): they are ids like any text, and
     integers of any length sort by value."""

@@ -172,9 +172,9 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
     get_solver("rollout", policy)
     if policy in OFFLINE:
         raise InputError("--policy", "", f"{policy} is an offline planner; use `pipeplan rollout optimum`")
-    _check_outputs(out, gantt)
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
                        engine, tail, rounds)
+    _check_outputs(out, gantt)         # once the inputs are read: neither output may be one of them
     schedule = gantt_schedule(problem, policy, frontier, staleness)
     violations = check(problem, schedule, staleness=staleness)
     m = schedule.metrics()

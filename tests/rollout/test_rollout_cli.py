@@ -79,6 +79,12 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("simulate", "rollout/tiny-" + "9" * 5000), ("rollout/tiny-<5000 digits>: instance", "unknown rollout instance")),
     (("compare", "rollout/tiny-" + "9" * 5000), ("rollout/tiny-<5000 digits>: instance", "unknown rollout instance")),
     (("simulate", "rollout/tiny-²"), ("rollout/tiny-²: instance", "unknown rollout instance")),
+    # F_w past the groups and a staleness past the rounds had been accepted (1e23 as well)
+    (("simulate", "rollout/tiny-0", "--frontier", "1" + "0" * 23), ("--frontier", "has 2")),
+    (("compare", "--workload", "lsat-ar", "--R", "4", "--frontier", "5"), ("--frontier", "has 4")),
+    (("simulate", "--workload", "lsat-ar", "--R", "4", "--rounds", "2", "--staleness", "1" + "0" * 23),
+     ("--staleness", "at most --rounds - 1 = 1")),
+    (("compare", "rollout/tiny-0", "--staleness", "1"), ("--staleness", "at most --rounds - 1 = 0")),
     (("simulate", "--workload", "lsat-ar", "--R", "4", "--engine", "replicas=1000000000000"),
      ("engine.replicas", "32 requests")),
     (("sweep", "--R", "4", "--rhos", "1,inf"), ("--rhos", "finite")),

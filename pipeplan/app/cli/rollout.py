@@ -128,12 +128,25 @@ ENGINE = typer.Option(None, "--engine", help="FIELD=VALUE: set an engine field (
 TAIL = typer.Option("paper", "--tail", help="length tail of a --workload preset: paper, light, heavy, pareto")
 ROUNDS = typer.Option(1, "--rounds", min=1, help="consecutive RL rounds (R groups each)")
 STALENESS = typer.Option(0, "--staleness", min=0, help="weight versions a request may lag its round "
-                         "(0 on-policy, 1 one-step off-policy, E: bounded staleness)")
+                         "(0 on-policy, 1 one-step off-policy, E: bounded staleness), at most --rounds - 1")
 THREADS_HELP = "threads of CP-SAT"
 FRONTIER_HELP = "F_w, groups (fgd-*)"
+FRONTIER_DEFAULT = 2
 # rounds drawn per setting of a study: each one runs every policy (0.1-2 s a round), so 1,000
 # is hours of work already; more is a typo, refused before any work rather than run for days
 MAX_STUDY_SEEDS = 1000
+
+
+def _check_policy_options(problem, frontier: int, staleness: int) -> None:
+    """``--frontier`` F_w at most the round's groups (F_w = R already holds every group; the
+    default 2 always passes) and ``--staleness`` at most ``--rounds`` - 1 (every later round is
+    then released at once; on one round it has nothing to lag behind)."""
+    if frontier > max(problem.R, FRONTIER_DEFAULT):
+        raise InputError("--frontier", "", f"{frontier} groups, but {problem.name} has {problem.R}: F_w is at most "
+                         f"the number of groups (R = {problem.R} already holds every one)")
+    if staleness > problem.rounds - 1:
+        raise InputError("--staleness", "", f"{staleness} weight versions, but {problem.name} has {problem.rounds} "
+                         f"round{'s' * (problem.rounds > 1)}: at most --rounds - 1 = {problem.rounds - 1}")
 
 
 def _check_outputs(*paths: Optional[Path]) -> None:
@@ -153,7 +166,7 @@ def _check_outputs(*paths: Optional[Path]) -> None:
 def simulate_cmd(instance: Optional[str] = INSTANCE,
                  policy: str = typer.Option("fgd-soft", "--policy", help=f"online policy: {listed('rollout policies')} "
                                             "(the offline optimum: `pipeplan rollout optimum`)"),
-                 frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
+                 frontier: int = typer.Option(FRONTIER_DEFAULT, "--frontier", min=1, help=FRONTIER_HELP),
                  workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: Optional[int] = K_OPT, seed: int = SEED,
                  max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                  kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
@@ -174,6 +187,7 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
         raise InputError("--policy", "", f"{policy} is an offline planner; use `pipeplan rollout optimum`")
     problem = _problem(instance, workload, R, K, seed, max_response, trace, kv_capacity, max_num_seqs, jitter,
                        engine, tail, rounds)
+    _check_policy_options(problem, frontier, staleness)
     _check_outputs(out, gantt)         # once the inputs are read: neither output may be one of them
     schedule = gantt_schedule(problem, policy, frontier, staleness)
     violations = check(problem, schedule, staleness=staleness)
@@ -206,7 +220,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
                 offline: bool = typer.Option(False, "--offline", help="also run the CP-SAT offline optimum"),
                 time_limit: float = typer.Option(30.0, "--time-limit", help="seconds for CP-SAT"),
                 threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
-                frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
+                frontier: int = typer.Option(FRONTIER_DEFAULT, "--frontier", min=1, help=FRONTIER_HELP),
                 workload: Optional[str] = WORKLOAD, R: Optional[int] = R_OPT, K: Optional[int] = K_OPT, seed: int = SEED,
                 max_response: Optional[int] = MAXR, trace: Optional[Path] = TRACE,
                 kv_capacity: Optional[int] = KVCAP, max_num_seqs: Optional[int] = SEQS,
@@ -224,6 +238,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
                        engine, tail, rounds)
     if offline and problem.rounds > 1:
         raise InputError("--offline", "", "the offline optimum plans one round; drop --offline or --rounds")
+    _check_policy_options(problem, frontier, staleness)
     if out is not None:
         check_out_folder(out)
     with _progress(f"compare {problem.name}"):
@@ -316,7 +331,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
               engines: str = typer.Option("real,linear", "--engines", help="real, linear, or both"),
               time_limit: float = typer.Option(20.0, "--time-limit", help="seconds per CP-SAT run"),
               threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
-              frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
+              frontier: int = typer.Option(FRONTIER_DEFAULT, "--frontier", min=1, help=FRONTIER_HELP),
               out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of sweep.csv, sweep.md, regime.png")):
     """rho sweep (total trainer time / rollout makespan): best policy and each policy's ratio to
     the optimum per regime; writes sweep.csv, sweep.md and regime.png."""
@@ -348,7 +363,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
 def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds per setting"),
                   as_json: bool = typer.Option(False, "--json", help="print one JSON record per setting"),
                   max_response: Optional[int] = MAXR, jitter: Optional[float] = JITTER,
-                  frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
+                  frontier: int = typer.Option(FRONTIER_DEFAULT, "--frontier", min=1, help=FRONTIER_HELP),
                   sensitivity: bool = typer.Option(True, "--sensitivity/--no-sensitivity",
                                                    help="also write the sensitivity table (or not)"),
                   out: Path = typer.Option(Path("results/rollout"), "--out",
@@ -472,7 +487,7 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
                 cpsat_time_limit: float = typer.Option(10.0, "--cpsat-time-limit",
                                                        help="seconds per CP-SAT reference run (0: none)"),
                 jobs: int = typer.Option(2, "--jobs", min=1, help="processes that run the policies"),
-                frontier: int = typer.Option(2, "--frontier", min=1, help=FRONTIER_HELP),
+                frontier: int = typer.Option(FRONTIER_DEFAULT, "--frontier", min=1, help=FRONTIER_HELP),
                 out: Path = typer.Option(Path("results/rollout"), "--out",
                                          help="folder of fgd_regimes.md/.csv and the plots")):
     """Where FGD matters: FGD, CGP, the engines' retract rules and the oracle policies over KV

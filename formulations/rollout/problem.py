@@ -21,7 +21,8 @@ RETRACT_RULES = ("sglang", "vllm")
 RESUME_MODES = ("recompute", "swap")
 ROUTERS = ("round_robin", "least_load", "group_affinity")
 # replicas beyond max(requests, FEW_REPLICAS) are refused: no request ever reaches them, and the
-# simulator visits every replica at each decision (a billion of them would never finish)
+# simulator holds each one's state and starts with a decision of each (a billion of them would
+# never finish); below that a decision costs O(log replicas) (simulator.py)
 FEW_REPLICAS = 16
 
 
@@ -296,7 +297,7 @@ class RolloutProblem:
             raise InputError(src, "trainer.token_budget",
                              f"{self.trainer.token_budget} tokens per micro-batch cannot hold sample {biggest} "
                              f"({self.footprint(biggest)} tokens)")
-        if self.engine.replicas > max(self.n_requests, FEW_REPLICAS):   # the simulator visits every replica
+        if self.engine.replicas > max(self.n_requests, FEW_REPLICAS):   # the simulator holds every replica
             raise InputError(src, "engine.replicas", f"{self.engine.replicas} replicas for {self.n_requests} requests: "
                              f"at most one per request (or {FEW_REPLICAS}); the others would never run one")
         for j, i in enumerate(self.arrival):     # JSON integers: 0.0 would pass the sort below, then index lists

@@ -18,6 +18,11 @@ Replicas run side by side on one clock: the loop always advances the replica who
 decision is earliest, and a replica's decode run is applied only when its turn comes, so every
 policy decision sees exactly the events before it. A replica decides at its own events only;
 an event elsewhere (a group completing on another replica) wakes a replica only if it is idle.
+The replicas due to decide wait in a heap (time, index), so a decision costs O(log replicas)
+whatever their number; idle replicas with nothing queued, which a wake-up makes decide
+nothing, are woken as one set and their empty decisions counted together in their turn (a
+group completing had made every idle replica of thousands decide, each after a scan of all
+of them).
 
 Rounds (``RolloutProblem.rounds``): round r's requests arrive when the weights they may use are
 published, i.e. at the publish of round r - 1 - staleness (at 0 for the first 1 + staleness
@@ -26,6 +31,7 @@ randomness of its own (seeds live in the workload).
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass
@@ -129,6 +135,7 @@ class Replica:
         self.reserved = 0                   # reserved footprints of the running requests (reserve)
         self.ratio_set, self.ratio_set_step = ratio_init, 0
         self.queue: list[tuple[int, int]] = []   # FCFS: (request, epoch)
+        self.routed: list[int] = []              # every request routed here, in arrival order
         self.front: list[tuple[int, int]] = []   # vLLM: preempted requests, head of the queue
         self.cursor = 0
         self.heap: list[tuple[int, int, int]] = []   # (finish step, request, admission number)
@@ -136,6 +143,7 @@ class Replica:
         self.group_running: dict[int, int] = {}      # prefix sharing: running samples per group
         self.chunk: tuple[float, int, float, int] | None = None  # decode run not yet applied
         self.outstanding = 0                # routed and unfinished (least-load routing)
+        self.stamp = 0                      # its entry in the engine's clock counts only with this stamp
 
     def active_kv(self) -> int:
         return self.base_sum + self.running * self.steps - self.admit_step_sum
@@ -176,6 +184,12 @@ class EngineState:
         """KV tokens in use now on the deciding replica."""
         return self.replica.active_kv()
 
+    def routed(self) -> list[int]:
+        """Every request routed to the deciding replica so far, in arrival order (the engine's
+        own list: read it, do not change it). With many replicas a policy that ranks requests
+        looks at these rather than at every request of the round."""
+        return self.replica.routed
+
     def generated(self, i: int) -> int:
         if self.status[i] == RUNNING:
             return self.generated_before[i] + self.replicas[self.replica_of[i]].steps - self.admit_step[i]
@@ -208,6 +222,20 @@ class EngineState:
                 yield i
 
 
+class _Woken:
+    """Idle replicas with nothing queued or running, woken together at ``w``: each decides
+    nothing in its turn ``(w, index)``. Kept as a set until a replica deciding at ``w`` itself
+    falls among them; then sorted, with ``p`` the first whose turn has not come."""
+
+    __slots__ = ("w", "members", "order", "p", "lo")
+
+    def __init__(self, w: float, members: set[int], lo: int):
+        self.w, self.members, self.order, self.p, self.lo = w, members, None, 0, lo
+
+    def remaining(self):
+        return self.members if self.order is None else self.order[self.p:]
+
+
 def decode_time(engine, b: int, kv0: float, g: int) -> float:
     return g * (engine.c0_s + engine.c1_s * b + engine.c2_s * kv0) + engine.c2_s * b * g * (g - 1) / 2
 
@@ -234,6 +262,21 @@ class _Engine:
         self.on_demand = eng.kv_mode == "on_demand"
         self.sharing = eng.prefix_sharing
         self.replicas = [Replica(k, eng.reserve_ratio_init) for k in range(eng.replicas)]
+        # the replicas due to decide, (t, index, stamp) (an entry whose stamp is old is stale);
+        # idle ones (t = inf) are in ``idle`` (nothing queued or running: woken, they decide
+        # nothing) or ``stalled`` (requests queued that the policy held); ``woken`` is a heap of
+        # (w, lowest index, n, _Woken); ``busy`` have a decode run pending (``cut_runs``)
+        self.clock: list[tuple[float, int, int]] = []
+        self.idle: set[int] = set()
+        self.idle_lo, self.idle_lo_stale = math.inf, False
+        self.stalled: set[int] = set()
+        self.woken: list[tuple[float, int, int, _Woken]] = []
+        self.wakes = 0
+        self.busy: set[int] = set()
+        for rep in self.replicas:
+            self.schedule(rep)
+        # least-load routing: (outstanding, index) heap, an entry stale once the count moved on
+        self.loads = [(0, k) for k in range(eng.replicas)] if eng.replicas > 1 and eng.router != "round_robin" else None
         self.st = st = EngineState(problem, self.replicas)
         self.epoch = st.epoch
         n = problem.n_requests
@@ -257,23 +300,33 @@ class _Engine:
         self.publishes: list[tuple[float, float] | None] = [None] * problem.rounds
         self.events: list[tuple[float, int]] = []     # (time, round published) pending publishes
         self.trained = 0                               # rounds whose trainer schedule is known
+        per = problem.groups_per_round * problem.K
+        self.arrivals: list[list[int]] = [[] for _ in range(problem.rounds)]   # each round's, in arrival order
+        for i in problem.native_order:
+            self.arrivals[i // per].append(i)
         for r in range(min(problem.rounds, 1 + self.staleness)):
             self.release(r)
 
     # -- arrivals and routing -----------------------------------------------------------
     def release(self, r: int) -> None:
         """Round r's requests arrive: each is routed to a replica's queue, in arrival order."""
-        st, per = self.st, self.p.groups_per_round * self.K
-        for i in self.p.native_order:
-            if r * per <= i < (r + 1) * per:
-                k = self.route(i)
-                st.replica_of[i] = k
-                st.status[i] = WAITING
-                st.waiting += 1
-                rep = self.replicas[k]
-                rep.queue.append((i, 0))
-                rep.waiting += 1
-                rep.outstanding += 1
+        st = self.st
+        for i in self.arrivals[r]:
+            k = self.route(i)
+            st.replica_of[i] = k
+            st.status[i] = WAITING
+            st.waiting += 1
+            rep = self.replicas[k]
+            rep.queue.append((i, 0))
+            rep.routed.append(i)
+            rep.waiting += 1
+            rep.outstanding += 1
+            if self.loads is not None:
+                heapq.heappush(self.loads, (rep.outstanding, k))
+            if k in self.idle:                  # idle with a request queued now: woken as such
+                self.idle.remove(k)
+                self.stalled.add(k)
+                self.idle_lo_stale |= k == self.idle_lo
 
     def route(self, i: int) -> int:
         n, rule = len(self.replicas), self.eng.router
@@ -285,7 +338,10 @@ class _Engine:
         g = i // self.K
         if rule == "group_affinity" and g in self.group_replica:
             return self.group_replica[g]
-        k = min(self.replicas, key=lambda r: (r.outstanding, r.index)).index
+        loads, reps = self.loads, self.replicas
+        while loads[0][0] != reps[loads[0][1]].outstanding:     # the fewest outstanding, then the lowest index
+            heapq.heappop(loads)
+        k = loads[0][1]
         self.group_replica[g] = k
         return k
 
@@ -375,6 +431,8 @@ class _Engine:
             done = True
             st.status[i] = FINISHED
             rep.outstanding -= 1
+            if self.loads is not None:
+                heapq.heappush(self.loads, (rep.outstanding, rep.index))
             self.finish_s[i] = st.t
             g = i // self.K
             st.group_left[g] -= 1
@@ -489,17 +547,24 @@ class _Engine:
 
     def cut_runs(self, t: float) -> None:
         """Stop every replica's pending decode run at the first step boundary at or after t."""
-        for rep in self.replicas:
-            if rep.chunk is not None and rep.t > t + EPS:
+        for k in self.busy:
+            rep = self.replicas[k]
+            if rep.t > t + EPS:
                 t0, b, kv0, g = rep.chunk
                 g2 = steps_until(self.eng, b, kv0, t - t0)
                 if g2 < g:
                     rep.chunk = (t0, b, kv0, g2)
                     rep.t = t0 + decode_time(self.eng, b, kv0, g2)
+                    self.schedule(rep)
 
     def publish(self, t: float, r: int) -> None:
         """Weights trained on round r are out: version r + 1; the round they unlock arrives."""
         st = self.st
+        for _, _, _, woken in self.woken:  # replicas woken but not yet at their turn may get requests
+            for k in woken.remaining():      # now: each waits for its turn on the clock
+                self.replicas[k].t = woken.w
+                self.schedule(self.replicas[k])
+        self.woken = []
         st.version = r + 1
         nxt = r + 1 + self.staleness
         if nxt < self.p.rounds:
@@ -507,26 +572,85 @@ class _Engine:
         self.wake_idle(t)
 
     def wake_idle(self, t: float) -> None:
-        for rep in self.replicas:
-            if rep.t == math.inf:
-                rep.t = t
+        """Every idle replica decides at t: those with requests queued one by one, those with
+        nothing as one set (each of them decides nothing)."""
+        for k in self.stalled:
+            self.replicas[k].t = t
+            self.schedule(self.replicas[k])
+        self.stalled = set()
+        if self.idle:
+            lo = min(self.idle) if self.idle_lo_stale else self.idle_lo
+            self.wakes += 1
+            heapq.heappush(self.woken, (t, lo, self.wakes, _Woken(t, self.idle, lo)))
+            self.idle, self.idle_lo, self.idle_lo_stale = set(), math.inf, False
+
+    def schedule(self, rep: Replica) -> None:
+        """``rep`` decides next at ``rep.t``: its entry on the clock (any older one is stale)."""
+        rep.stamp += 1
+        heapq.heappush(self.clock, (rep.t, rep.index, rep.stamp))
+
+    def settle(self, rep: Replica) -> None:
+        """After its decision: on the clock, or idle (stalled when it holds requests)."""
+        if rep.t != math.inf:
+            self.schedule(rep)
+        elif rep.waiting:
+            self.stalled.add(rep.index)
+        else:
+            self.idle.add(rep.index)
+            self.idle_lo = min(self.idle_lo, rep.index)
+
+    def decide_nothing(self, until: tuple[float, int]) -> None:
+        """The empty decisions of the earliest woken set whose turns come before ``until`` (the
+        next replica on the clock): counted, and those replicas idle again."""
+        w, lo, n, woken = self.woken[0]
+        if w < until[0]:
+            done = woken.remaining()
+            heapq.heappop(self.woken)
+        else:                              # a replica deciding at w too: only those before it
+            if woken.order is None:
+                woken.order, woken.members = sorted(woken.members), None
+            q = bisect.bisect_left(woken.order, until[1], woken.p)
+            done, woken.p = woken.order[woken.p:q], q
+            if woken.p < len(woken.order):
+                woken.lo = woken.order[woken.p]
+                heapq.heapreplace(self.woken, (w, woken.lo, n, woken))
+            else:
+                heapq.heappop(self.woken)
+        self.decisions += len(done)
+        self.st.t = self.st.last_decision_s = w
+        self.idle_lo = min(self.idle_lo, lo)       # the lowest of them
+        if isinstance(done, set) and len(done) > len(self.idle):
+            done.update(self.idle)
+            self.idle = done
+        else:
+            self.idle.update(done)
 
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> None:
         st, multi = self.st, self.p.rounds > 1
+        clock, reps = self.clock, self.replicas
         while True:
-            rep = min(self.replicas, key=lambda r: (r.t, r.index)) if len(self.replicas) > 1 else self.replicas[0]
-            if self.events and self.events[0][0] <= rep.t + EPS:
+            while clock and clock[0][2] != reps[clock[0][1]].stamp:
+                heapq.heappop(clock)
+            nxt = clock[0][:2] if clock else (math.inf, len(reps))
+            woken = self.woken[0][:2] if self.woken and self.woken[0][:2] < nxt else None
+            t = woken[0] if woken else nxt[0]
+            if self.events and self.events[0][0] <= t + EPS:
                 t, r = heapq.heappop(self.events)
                 st.t = t
                 self.publish(t, r)
                 continue
-            if rep.t == math.inf:
+            if woken:
+                self.decide_nothing(nxt)
+                continue
+            if t == math.inf:
                 if all(s == FINISHED for s in st.status):
                     return
                 raise PolicyStalled(f"{self.policy.name}: engine idle at t={st.t:.3f}s with {st.waiting} requests "
                                     "waiting, and the policy admits none")
+            rep = reps[heapq.heappop(clock)[1]]
             self.iterate(rep, multi)
+            self.settle(rep)
 
     def iterate(self, rep: Replica, multi: bool) -> None:
         """One decision of ``rep``: apply its decode run, finishes, retractions and admissions,
@@ -535,6 +659,7 @@ class _Engine:
         if rep.chunk is not None:
             rep.steps += rep.chunk[3]
             rep.chunk = None
+            self.busy.discard(rep.index)
         st.replica = rep
         st.t = rep.t
         self.finish_due(rep)
@@ -580,6 +705,7 @@ class _Engine:
             g = steps_until(eng, b, kv0, wake - st.t)
             dt = decode_time(eng, b, kv0, g)
         rep.chunk = (st.t, b, kv0, g)
+        self.busy.add(rep.index)
         rep.t = st.t + dt
 
     def due(self, rep: Replica) -> bool:

@@ -21,6 +21,8 @@ lengths; the others see what a real engine sees.
 """
 from __future__ import annotations
 
+import heapq
+
 from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.rollout.simulator import FINISHED, WAITING, EngineState, Policy, simulate
 from pipeplan.formulations.rollout.trainer import StreamingTrainer
@@ -55,14 +57,41 @@ class OrderPolicy(Policy):
         super().reset(problem)
         self._order = self.order(problem)
         self._cursor = 0
+        self._rank: list[int] | None = None
+        self._mine: dict[int, list] = {}    # replica -> [its requests in the order, cursor, routed seen]
 
     def decide(self, state: EngineState):
+        return self._in_order(state) if len(state.replicas) == 1 else self._replica_in_order(state)
+
+    def _in_order(self, state: EngineState):
         order, status = self._order, state.status
         while self._cursor < len(order) and status[order[self._cursor]] == FINISHED:
             self._cursor += 1
         for j in range(self._cursor, len(order)):
             if status[order[j]] == WAITING:
                 yield order[j]
+
+    def _replica_in_order(self, state: EngineState):
+        """The order restricted to the deciding replica's requests (the engine skips the
+        others: walking past every other replica's waiting requests at each decision had made
+        fifo take 16 s at 16,000 replicas); kept per replica, merged as requests arrive."""
+        status, routed = state.status, state.routed()
+        mine = self._mine.get(state.replica.index) or [[], 0, 0]
+        if mine[2] < len(routed):
+            if self._rank is None:
+                self._rank = [0] * len(self._order)
+                for j, i in enumerate(self._order):
+                    self._rank[i] = j
+            rank = self._rank.__getitem__
+            kept = [i for i in mine[0][mine[1]:] if status[i] != FINISHED]
+            mine = [list(heapq.merge(kept, sorted(routed[mine[2]:], key=rank), key=rank)), 0, len(routed)]
+            self._mine[state.replica.index] = mine
+        queue = mine[0]
+        while mine[1] < len(queue) and status[queue[mine[1]]] == FINISHED:
+            mine[1] += 1
+        for j in range(mine[1], len(queue)):
+            if status[queue[j]] == WAITING:
+                yield queue[j]
 
 
 class FifoPolicy(OrderPolicy):

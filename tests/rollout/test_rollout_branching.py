@@ -129,7 +129,7 @@ def test_a_gap_row_with_branching_plans_the_bound_s_solutions_and_keeps_its_boun
     assert r["bound_s"] <= r["best_s"] * (1 + 1e-12) and r["gap"] == pytest.approx(1 - r["bound_s"] / r["best_s"])
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])   # 15 had taken 23 s
 @given(random_rounds())
 def test_the_branched_bound_holds_below_every_policy_on_random_rounds(problem):
     ends = [simulate(problem, make_policy(name)).metrics()["train_end_s"] for name in POLICIES]

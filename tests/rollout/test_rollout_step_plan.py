@@ -145,8 +145,9 @@ def test_a_round_of_more_micro_batches_than_groups_still_gets_a_bound():
     assert 0.9 * best < proof.bound_s <= best + 1e-9     # micro-batches are counted fractionally
 
 
-# 32 examples: each solves up to three bucket MILPs (the stretched upper adds the longer span)
-@settings(max_examples=32, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 16 examples: each solves up to three bucket MILPs (the stretched upper adds the longer span);
+# 32 had taken 35 s of the suite's time on two cores, with the suite past its 10 minutes
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_rounds(), st.sampled_from([4, 16]))
 def test_the_bound_holds_for_every_policy_and_the_planner_on_random_rounds(problem, buckets):
     ends = [simulate(problem, make_policy(name)).metrics()["train_end_s"] for name in POLICIES]
@@ -576,7 +577,7 @@ def test_a_bound_guided_plan_is_the_best_plan_of_its_sequence_replayed():
 def test_proving_never_makes_the_planner_worse():
     p = preset_round("olyphys", 10)
     plain = pipeplan.solve(p, "step-plan", evaluations=500, sequence_moves=50)
-    proved = pipeplan.solve(p, "step-plan", evaluations=500, sequence_moves=50, prove_s=8)
+    proved = pipeplan.solve(p, "step-plan", evaluations=500, sequence_moves=50, prove_s=4)
     assert proved.objectives["train_end_s"] <= plain.objectives["train_end_s"] * (1 + 1e-9)
     assert proved.objectives["train_end_s"] >= proved.bound["train_end_s"]
 

@@ -225,40 +225,27 @@ def test_each_model_file_is_checked_once(tmp_path, monkeypatch):
     assert info.value.field == "stages[1000].groups[0].sha256"
 
 
-def test_the_time_limit_covers_checking_the_model_files(tmp_path, monkeypatch):
-    """Each distinct model file is checked by a forked shape inference (600 files had taken
-    about 15 s, and `run --time-limit 1` had not looked at its clock before the frames). Here
-    the real check of 40 files is slowed by 0.1 s each: the run stops at its limit while loading."""
-    folder = export(tmp_path / "export", groups=40, distinct_files=True)
-    real = manifest_module.check_model_bounds
-
-    def slow(model, source, **kw):
-        time.sleep(0.1)
-        return real(model, source, **kw)
-
-    monkeypatch.setattr(manifest_module, "check_model_bounds", slow)
-    began = time.monotonic()
-    with pytest.raises(InputError) as info:
-        run_export(folder, frames=2, time_limit_s=1)
-    assert info.value.source == "--time-limit" and "still loading the export" in info.value.message
-    assert time.monotonic() - began < 3
-
-
-def test_the_time_limit_covers_creating_the_sessions(tmp_path, monkeypatch):
-    """The limit is checked before each session (30,000 groups' sessions had taken over 15 s to
-    create): the real sessions of 200 groups, slowed by 0.05 s each, stop at a 1 s limit."""
-    folder = export(tmp_path / "export", groups=200)
-    real = executor_module.make_session
+@pytest.mark.parametrize("module, name, delay, shape, stage", [
+    (manifest_module, "check_model_bounds", 0.1, dict(groups=40, distinct_files=True), "still loading the export"),
+    (executor_module, "make_session", 0.05, dict(groups=200), "still creating the ONNX Runtime sessions of")])
+def test_the_time_limit_covers_loading_and_creating_the_sessions(tmp_path, monkeypatch, module, name, delay, shape,
+                                                                  stage):
+    """The clock is checked before each model file is checked (a forked shape inference each:
+    600 files had taken about 15 s, and `run --time-limit 1` had not looked at its clock before
+    the frames) and before each session (30,000 groups' sessions had taken over 15 s). Here the
+    real check or session is slowed by ``delay`` each: the run stops at its 1 s limit there."""
+    folder = export(tmp_path / "export", **shape)
+    real = getattr(module, name)
 
     def slow(*args, **kw):
-        time.sleep(0.05)
+        time.sleep(delay)
         return real(*args, **kw)
 
-    monkeypatch.setattr(executor_module, "make_session", slow)
+    monkeypatch.setattr(module, name, slow)
     began = time.monotonic()
     with pytest.raises(InputError) as info:
         run_export(folder, frames=2, time_limit_s=1)
-    assert info.value.source == "--time-limit" and "still creating the ONNX Runtime sessions of" in info.value.message
+    assert info.value.source == "--time-limit" and stage in info.value.message
     assert time.monotonic() - began < 4
 
 

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import name_number
 from pipeplan.core.param_values import MAX_SEED
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
 from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
@@ -51,15 +52,6 @@ def _shown(name: str) -> str:
     return re.sub(rf"[0-9]{{{_DIGITS + 1},}}", lambda m: f"<{len(m[0])} digits>", name)
 
 
-def _number(name: str, field: str, digits: str, most: int) -> int:
-    """A number of a catalogue name, at most ``most``; one of more digits than that has is
-    refused unread."""
-    digits = digits.lstrip("0") or "0"
-    if len(digits) > len(str(most)) or int(digits) > most:
-        raise InputError(_shown(name), field, f"expected a whole number from 0 to {most:,}, got {_shown(digits)}")
-    return int(digits)
-
-
 def load_instance(name: str) -> RolloutProblem:
     path = Path(name)
     if path.suffix in (".json", ".csv", ".jsonl") and path.exists():
@@ -70,7 +62,9 @@ def load_instance(name: str) -> RolloutProblem:
         return tiny_instance(int(tiny["k"]))
     m = _NAME.match(name)
     if m and m["w"] in PRESETS:
-        return preset_round(m["w"], _number(name, "R", m["R"], MAX_R), seed=_number(name, "seed", m["seed"] or "0", MAX_SEED))
+        shown = _shown(name)
+        return preset_round(m["w"], name_number(m["R"], MAX_R, shown, "R"),
+                            seed=name_number(m["seed"] or "0", MAX_SEED, shown, "seed"))
     if m:
         preset_round(m["w"], 1)      # raises the unknown-preset error
     raise InputError(_shown(name), "instance", f"unknown rollout instance (e.g. {', '.join(instance_names()[:3])}, "

@@ -13,13 +13,12 @@ import re
 import numpy as np
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import name_number
+from pipeplan.core.param_values import MAX_SEED
 from pipeplan.formulations.gradcode.problem import MAX_SIZE, GradCodeProblem
 from pipeplan.instances.gradcode_clusters import TIERS, heterogeneous_problem
 
 NAME = re.compile(r"^gradcode/synthetic-n(?P<n>\d+)(?:-s(?P<s>\d+))?(?P<pipe>-pipe)?(?:-seed(?P<seed>\d+))?$")
-# The largest seed in a name: --seed's range (pipeplan.core.api.MAX_SEED, which this layer may
-# not import; a test keeps the two equal)
-MAX_SEED = 2 ** 31 - 1
 
 
 def synthetic_gradcode(n: int, seed: int = 0, *, s: int = 2, pipelined: bool = False) -> GradCodeProblem:
@@ -43,14 +42,7 @@ def synthetic_by_name(name: str) -> GradCodeProblem | None:
     shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name):,} characters)"
 
     def number(group: str, most: int, default: int) -> int:
-        text = m[group]
-        if text is None:
-            return default
-        digits = text.lstrip("0") or "0"
-        if len(digits) > len(str(most)) or int(digits) > most:
-            raise InputError(shown, group, f"{digits if len(digits) <= 20 else f'a {len(digits):,}-digit number'} "
-                                           f"is above {most:,}")
-        return int(digits)
+        return default if m[group] is None else name_number(m[group], most, shown, group)
 
     n = number("n", MAX_SIZE, 0)
     if n < 1:

@@ -207,6 +207,16 @@ def finite_number(value: Any) -> bool:
         return False
 
 
+def name_number(digits: str, most: int, source: str, field: str) -> int:
+    """A whole number written in a catalogue name (ASCII digits), at most ``most``: compared as
+    text first, so thousands of digits (past Python's limit for int()) are refused unread."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(most)) or int(digits) > most:
+        shown = digits if len(digits) <= 20 else f"a {len(digits):,}-digit number"
+        raise InputError(source, field, f"expected a whole number from 0 to {most:,}; {shown} is above {most:,}")
+    return int(digits)
+
+
 def parse_number(value: Any, source: str, field: str, *, integer: bool = False) -> float | int:
     """A finite number from a CSV cell or JSON value; NaN, infinities, overflowing and
     non-numeric text are one-line errors naming ``field`` (for CSV: ``line N: column``)."""

@@ -135,7 +135,7 @@ def test_synthetic_names_are_checked_before_anything_is_drawn(name, field, needl
     """n = 2e7 had drawn 2.5 GB of tiers before its refusal, 1e8 died of a MemoryError, and 5,000
     digits were a ValueError traceback from int(); the error is short whatever the name's length."""
     proc = cli("place", "--scheme", "fr", "--instance", name)
-    assert_input_error(proc, f": {field}: {needle}")
+    assert_input_error(proc, f": {field}: ", needle)
     assert len(proc.stderr) < 300 and proc.stdout == ""
 
 
@@ -146,12 +146,6 @@ def test_synthetic_gradcode_refuses_more_workers_than_the_limit_first():
         synthetic_gradcode(10 ** 12)          # no 10^12-element draw
     p = synthetic_by_name("gradcode/synthetic-n0012-s1-pipe-seed3")
     assert (p.n, p.s, p.pipelined, p.name) == (12, 1, True, "gradcode/synthetic-n12-s1-pipe-seed3")
-
-
-def test_a_names_seed_has_the_range_of_the_seed_option():
-    from pipeplan.core.api import MAX_SEED
-    from pipeplan.instances import synthetic_gradcode
-    assert synthetic_gradcode.MAX_SEED == MAX_SEED
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS) + ["verify --code"])

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import finite_number
+from pipeplan.core.io import finite_number, has_control_characters
 from pipeplan.formulations.gradcode.problem import MAX_SIZE
 
 SCHEMA = "pipeplan.gradcode-code/1"
@@ -185,7 +185,7 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
             raise InputError(source, "schedule", f"partition indices must be in -1..{k - 1}")
         schedule = schedule.astype(np.int64)
     scheme, meta = d.get("scheme", "custom"), d.get("meta", {})
-    if not isinstance(scheme, str) or any(ord(c) < 32 or ord(c) == 127 for c in scheme):
+    if not isinstance(scheme, str) or has_control_characters(scheme):
         raise InputError(source, "scheme", f"expected text without control characters, got {scheme!r}")
     if not isinstance(meta, dict):            # 5, "ab" and [1, 2] had been tracebacks from dict(...)
         raise InputError(source, "meta", f"expected an object, got {meta!r}")

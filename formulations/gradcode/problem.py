@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import finite_number
+from pipeplan.core.io import finite_number, has_control_characters
 from pipeplan.formulations.gradcode.straggler import MAX_SECONDS, StragglerModel, model_from_dict
 
 SCHEMA = "pipeplan.gradcode-problem/1"
@@ -161,7 +161,7 @@ def problem_from_dict(d: dict, source: str = "problem") -> GradCodeProblem:
         return tuple(v)
     n_ok = n if isinstance(n, int) and 0 < n <= MAX_SIZE else 0
     name = d.get("name", source)
-    if not isinstance(name, str) or any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if not isinstance(name, str) or has_control_characters(name):
         raise InputError(source, "name", f"expected text without control characters, got {name!r}")
     return GradCodeProblem(
         name=name, n=n, s=s, k=d.get("k", n),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import inside_folder, load_json
+from pipeplan.core.io import has_control_characters, inside_folder, load_json
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.formulations.mapping.profile import SCHEMA as PROFILE_SCHEMA
 from pipeplan.formulations.mapping.profile import Reader, load_profile, profile_from_dict
@@ -66,7 +66,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     else:
         profile = profile_from_dict(prof, f"{source}:profile")
     name = str(doc.get("name", Path(source).stem))
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):    # a NUL had crashed pareto's folder name
+    if has_control_characters(name):
         raise InputError(source, "name", "expected text without control characters")
     return MappingProblem(name=name, units=tuple(units),
                           edges=tuple(edges), profile=profile, source=source)

@@ -207,6 +207,12 @@ def finite_number(value: Any) -> bool:
         return False
 
 
+def has_control_characters(text: str) -> bool:
+    """Whether ``text`` holds a C0 control character or DEL: refused in names that become folder
+    names or table cells (a NUL had crashed pareto's folder name)."""
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
 def name_number(digits: str, most: int, source: str, field: str) -> int:
     """A whole number written in a catalogue name (ASCII digits), at most ``most``: compared as
     text first, so thousands of digits (past Python's limit for int()) are refused unread."""

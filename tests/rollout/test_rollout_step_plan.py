@@ -199,7 +199,7 @@ def test_a_milp_highs_cannot_stop_leaves_the_bound_valid_and_the_limit_kept():
 
 def test_on_the_paper_engine_the_planner_beats_every_policy_and_the_bound_beats_the_analytic_one():
     p = preset_round("lsat-ar", 12)
-    planned = pipeplan.solve(p, "step-plan", evaluations=1500, prove_s=8)
+    planned = pipeplan.solve(p, "step-plan", evaluations=1500, prove_s=4)
     best_policy = min(simulate(p, make_policy(name)).metrics()["train_end_s"] for name in POLICIES)
     assert planned.objectives["train_end_s"] < best_policy
     assert planned.params["step_bound_s"] > train_end_lower_bound(p)

@@ -75,6 +75,7 @@ def _finite(value) -> bool:
 
 
 MAX_WHOLE = 10**9    # counts of moves, evaluations, generations, weight versions, groups
+MAX_TRIES = 10**6     # CR codes tried per seed search (each a verification)
 MAX_SEED = 2 ** 31 - 1      # CP-SAT's random_seed is a 32-bit integer; numpy takes no seed below 0
 # Every parameter a solver declares besides the common options and its Literal ones, by name
 # (``(system, name)`` first where a system's meaning differs); ``tests/core/test_solver_params``
@@ -84,7 +85,7 @@ VALUES: dict[str | tuple[str, str], Values] = {
     "node_limit": Values("int", 1, 2**31 - 1),                      # HiGHS's mip_max_nodes: a 32-bit int
     "team_work": Values("float", 0, above=True),
     "scenarios": Values("int", 1, 10_000),                          # (scenarios x workers) delay draws
-    "tries": Values("int", 1, 10**6),
+    "tries": Values("int", 1, MAX_TRIES),
     "degree": Values("int", 1, 10_000),                             # at most n, checked when solved
     "max_stages": Values("int", 1, MAX_WHOLE),
     "pop_size": Values("int", 1, 100_000),

@@ -13,6 +13,7 @@ import numpy as np
 
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.errors import InputError
+from pipeplan.core.param_values import MAX_TRIES
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import cyclic_support
 from pipeplan.formulations.gradcode.verifier import Verification, verify
@@ -56,8 +57,8 @@ def best_cyclic(n: int, s: int, *, seed: int = 0, tries: int = 8,
     early (see ``verify``); ``meta["tried"]`` says how many seeds were."""
     if not 0 <= s < n:
         raise InputError("--s", "", f"s = {s} must satisfy 0 <= s < n = {n}")
-    if tries < 1:
-        raise InputError("--tries", "", f"must be >= 1, got {tries}")
+    if not 1 <= tries <= MAX_TRIES:
+        raise InputError("--tries", "", f"must be a whole number from 1 to {MAX_TRIES:,}, got {tries}")
     support = cyclic_support(n, s)
     B, chosen, tried, v = best_conditioned(lambda rng: cyclic_matrix(n, s, rng), support, s, n - s,
                                            seed=seed, tries=tries, deadline=deadline)

@@ -76,6 +76,10 @@ LISTED_TWICE = [
      "--rhos: 0.5: listed twice"),
     (["rollout", "sweep", "--engines", "real,real"], "--engines: real: listed twice"),
     (["rollout", "async", "--workloads", "lsat-ar", "--staleness", "1,1"], "--staleness: 1: listed twice"),
+    # beyond the counts every solver takes: named as the option, not as a solver's parameter
+    (["rollout", "async", "--workloads", "lsat-ar", "--staleness", "0,1" + "0" * 26], "--staleness: expected whole"),
+    (["gradcode", "place", "--scheme", "cr", "--n", "12", "--s", "2", "--tries", "1" + "0" * 23],
+     "--tries: must be a whole number from 1 to 1,000,000"),
     (["gradcode", "study", "--models", "mlp,mlp"], "--models: mlp: listed twice"),
     (["limits", "--systems", "rollout,rollout"], "--systems: rollout: listed twice"),
     (["limits", "--limits", "1,1.0"], "--limits: 1.0: listed twice"),

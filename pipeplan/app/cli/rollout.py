@@ -26,6 +26,7 @@ from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_out_folder, check_output, staged_folder
+from pipeplan.core.param_values import MAX_WHOLE
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
@@ -305,8 +306,8 @@ def _whole_numbers(text: str, name: str, least: int) -> list[int]:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(name, "", f"expected comma-separated whole numbers, got {text!r}") from None
-    if not values or any(v < least for v in values):
-        raise InputError(name, "", f"expected whole numbers >= {least}, got {text!r}")
+    if not values or any(not least <= v <= MAX_WHOLE for v in values):
+        raise InputError(name, "", f"expected whole numbers from {least} to {MAX_WHOLE:,}, got {text!r}")
     refuse_twice(name, values)
     return values
 

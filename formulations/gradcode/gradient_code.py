@@ -40,6 +40,10 @@ STOPS = ("count", "decodable")          # the stopping rule of the lstsq decoder
 # 1e200 the decoding error (the weight squared) passed float range and verify printed inf with
 # a numpy RuntimeWarning
 MAX_LINEAR_WEIGHT = 1e6
+# B's entries: the project's cyclic-MDS codes reach about 1e28 at n = 2,000; past 1e100 a
+# worker's coded gradient and the residuals' squares leave float range (a B scaled by 1e300
+# verified with residual 1e300 and trained to a loss of 501 without a word)
+MAX_B_ENTRY = 1e100
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,6 +151,9 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
     B = _matrix(d, "B", source, np.float64) if "B" in d else support.astype(np.float64)
     if B.shape != support.shape:
         raise InputError(source, "B", f"shape {B.shape}, support is {support.shape}")
+    if B.size and np.abs(B).max() > MAX_B_ENTRY:
+        i, j = np.unravel_index(int(np.abs(B).argmax()), B.shape)
+        raise InputError(source, f"B[{i}][{j}]", f"{B[i, j]:g}: entries must lie within +-{MAX_B_ENTRY:g}")
     s = d.get("s")
     if isinstance(s, bool) or not isinstance(s, int):
         raise InputError(source, "s", f"expected an integer straggler tolerance, got {s!r}")

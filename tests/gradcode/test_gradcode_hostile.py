@@ -113,6 +113,33 @@ def test_code_fields_of_the_wrong_type_or_size_are_refused(changes, named):
     assert err.value.source == "c.json" and err.value.field == named
 
 
+def _with_b_entry(value) -> dict:
+    B = [list(row) for row in CODE["B"]]
+    B[1][0] = value
+    return {**CODE, "B": B}
+
+
+def test_a_b_entry_past_float_range_squared_is_refused_and_one_within_kept():
+    from pipeplan.core.errors import InputError
+    from pipeplan.formulations.gradcode.gradient_code import MAX_B_ENTRY, code_from_dict
+    with pytest.raises(InputError) as err:        # had verified with residual 1e300, trained to a loss of 501
+        code_from_dict(_with_b_entry(-1e300), "c.json")
+    assert (err.value.source, err.value.field) == ("c.json", "B[1][0]") and "-1e+300" in str(err.value)
+    assert code_from_dict(_with_b_entry(MAX_B_ENTRY), "c.json").B[1, 0] == MAX_B_ENTRY
+
+
+def test_training_refuses_a_code_file_that_does_not_decode(tmp_path):
+    # worker 1's coded gradient misses partition 0: the straggler sets that decode group 0
+    # through worker 1 get a wrong gradient; verify says so, and train had trained on it
+    code = tmp_path / "c.json"
+    code.write_text(json.dumps(_with_b_entry(1e-300)))
+    checked = cli("verify", "--code", code)
+    assert "NOT decodable" in checked.stdout, checked.stdout + checked.stderr
+    proc = cli("train", "--code", code, "--steps", 3, "--out", tmp_path / "run.json")
+    assert_input_error(proc, "c.json: B: not decodable: straggler set [")
+    assert not (tmp_path / "run.json").exists()
+
+
 def test_a_linear_weight_within_range_is_kept():
     from pipeplan.formulations.gradcode.gradient_code import MAX_LINEAR_WEIGHT, code_from_dict
     doc = {k: v for k, v in CODE.items() if k != "groups"}

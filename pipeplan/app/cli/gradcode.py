@@ -28,6 +28,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 SIMULATE_BYTES_PER_STEP = 24
 VERIFY_BYTES_PER_SET_AND_WORKER = 32
 TRAIN_BYTES_PER_STEP = 256
+TRAIN_VERIFY_S = 10.0      # the verification of a --code file before training
 # gradcode study's --steps per training run: a step takes about 1 ms (softmax) to 8 ms (mlp) on
 # one core, so 100,000 steps (400x the default) are about 15 min for --quick's 8 runs and most
 # of a day for the full study's 192; --steps 40000000 would have run for days, 10^12 died
@@ -268,6 +269,21 @@ def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler
     return problem, code
 
 
+def _refuse_undecodable(code, code_file) -> None:
+    """A code file trained with must decode: one whose B cannot recover the gradient from some
+    straggler set had trained on wrong gradients without a word (FR at n = 6 with one entry of
+    B set to 1e-300: a loss of 0.141 after 200 steps where the code reaches 0.129; scaled by
+    1e300, 501 after 5 steps). The default verification,
+    stopped after ``TRAIN_VERIFY_S``; a code that says it is approximate (the linear decoder)
+    is trained as it is."""
+    from pipeplan.core.deadline import Deadline
+    from pipeplan.formulations.gradcode.verifier import verify
+    v = verify(code, deadline=Deadline(TRAIN_VERIFY_S))
+    if not v.decodable and not v.approximate:
+        raise InputError(str(code_file), "B", f"not decodable: straggler set {list(v.worst_set)} leaves residual "
+                                              f"{v.worst_residual:.3g} (pipeplan gradcode verify --code {code_file})")
+
+
 def _check_fit(code, code_file, problem, instance) -> None:
     """The code must fit the problem: the same n and s, and with an instance (whose k and
     capacities are real, where --n/--s give n workers of capacity s+1 and k = n) the same k and
@@ -371,6 +387,8 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
     if backend == "ray" and problem.timing_dict():
         raise InputError("--backend", "", "the timing options (--carry-over, --link-mb-per-s, ...) are for --backend sim")
     check_memory("--steps", steps, TRAIN_BYTES_PER_STEP + 8 * problem.n)
+    if code_file is not None:
+        _refuse_undecodable(code, code_file)
     from pipeplan.deploy.gradcode.training import DEFAULT_LR, Diverged
     try:
         if backend == "ray":

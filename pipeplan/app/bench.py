@@ -441,6 +441,10 @@ RECORD_NUMBERS = ("time_limit", "wall_time_s", "gap")             # None or a fi
 RECORD_TEXTS = ("quality", "stopped_by", "message")               # None or text
 RECORD_FLAGS = ("exact", "bound_proven")                          # None or true/false
 RECORD_TABLES = ("objectives", "bound")                           # None or {name: finite number or None}
+# Every number in a record lies within this magnitude: no run of pipeplan's reports a time, an
+# energy or a rate near it, and past it the report's plots fail (a front point at 1e308 had
+# crashed matplotlib's tick locator with a traceback, after three overflow warnings)
+MAX_RECORD_MAGNITUDE = 1e15
 # but objectives, which the report reads as an object, is never null, and a record whose quality
 # says it holds a plan (what a bench writes with every solution) holds them
 PLAN_QUALITIES = ("feasible", "proven_optimal")
@@ -513,8 +517,8 @@ def check_record(record: dict, source: str, where: str) -> None:
         if not isinstance(value, dict):
             raise fail(field, "an object of numbers", value)
         for k, v in value.items():
-            if v is not None and not finite_number(v):
-                raise fail(f"{field}.{k}", "a finite number", v)
+            if v is not None and not _recorded_number(v):
+                raise fail(f"{field}.{k}", f"a finite number within +-{MAX_RECORD_MAGNITUDE:g}", v)
 
     for k in RECORD_NAMES:
         v = record[k]
@@ -525,8 +529,9 @@ def check_record(record: dict, source: str, where: str) -> None:
         raise fail("seed", "an integer", seed)
     for k in RECORD_NUMBERS:
         v = record.get(k)
-        if v is not None and not (finite_number(v) and (k == "gap" or v >= 0) and (k != "time_limit" or v > 0)):
-            raise fail(k, "a finite number" if k == "gap" else "a finite positive number of seconds", v)
+        if v is not None and not (_recorded_number(v) and (k == "gap" or v >= 0) and (k != "time_limit" or v > 0)):
+            raise fail(k, f"a finite number within +-{MAX_RECORD_MAGNITUDE:g}" if k == "gap" else
+                          f"a finite positive number of seconds, at most {MAX_RECORD_MAGNITUDE:g}", v)
     for k in RECORD_TEXTS:
         if record.get(k) is not None and not isinstance(record[k], str):
             raise fail(k, "text", record[k])
@@ -561,6 +566,10 @@ def check_record(record: dict, source: str, where: str) -> None:
     objective = (record.get("params") or {}).get("objective")
     if objective is not None and not isinstance(objective, str):
         raise fail("params.objective", "an objective's name", objective)
+
+
+def _recorded_number(v) -> bool:
+    return finite_number(v) and abs(v) <= MAX_RECORD_MAGNITUDE
 
 
 def read_records(path: Path) -> list[dict]:

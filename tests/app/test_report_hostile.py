@@ -95,6 +95,26 @@ def test_records_the_report_cannot_read_are_refused_naming_the_field(tmp_path):
         assert sorted(p.name for p in out.iterdir()) == ["runs.jsonl"]
 
 
+def test_numbers_past_the_record_magnitude_are_refused_and_those_at_it_plotted(tmp_path):
+    """A front point at -1e308 beside one at 1e308 had crashed matplotlib's tick locator with a
+    traceback (after three overflow warnings); 1e308 as a wall time or objective is no run."""
+    from pipeplan.app.bench import MAX_RECORD_MAGNITUDE as M
+    cases = [(rec(front=[{"period_ms": 1e308, "latency_ms": -1e308}]), "line 1: front[0].period_ms"),
+             (rec(objectives={"period_ms": 30.0, "latency_ms": -1e16}), "line 1: objectives.latency_ms"),
+             ({**rec(), "wall_time_s": 1e308}, "line 1: wall_time_s: expected a finite positive number of seconds")]
+    for i, (bad, field) in enumerate(cases):
+        out = folder(tmp_path / str(i), bad)
+        proc = run_cli("report", out)
+        assert_input_error(proc, f"{out / 'runs.jsonl'}: {field}")
+        assert sorted(p.name for p in out.iterdir()) == ["runs.jsonl"]
+    extreme = [{"period_ms": M, "latency_ms": -M}, {"period_ms": 1e-308, "latency_ms": M}]
+    out = folder(tmp_path / "at", rec(front=extreme, wall_time_s=M), rec(solver="single", objectives={
+        "period_ms": 1e-308, "latency_ms": M}))
+    proc = run_cli("report", out)
+    assert proc.returncode == 0 and "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert (out / "pareto_khadas-vim3__Alex.png").stat().st_size > 0
+
+
 def test_a_failed_run_without_a_message_is_listed(tmp_path):
     """`message` may be missing (it is optional); the list of failed runs had raised a KeyError."""
     out = folder(tmp_path, rec(), {**rec(solver="cpsat"), "termination": "error", "quality": "none",

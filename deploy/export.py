@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import networkx as nx
 import onnx
-from onnx import ModelProto, helper, shape_inference
+from onnx import ModelProto, helper
 from onnx.utils import Extractor
 
 from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
@@ -42,7 +42,7 @@ from pipeplan.deploy.partition import Group, branch_groups, check_plan, expand_p
 from pipeplan.deploy.runtime import pu_runtime
 from pipeplan.deploy.weights import with_random_weights
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
-from pipeplan.formulations.mapping.onnx_bounds import check_model_bounds
+from pipeplan.formulations.mapping.onnx_bounds import check_model_bounds, infer_shapes_safely
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, read_model
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
@@ -105,7 +105,7 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     stages = branch_groups(nodes_plan, g)
 
     full, n_weights = with_random_weights(model, seed, str(model_file), time_limit_s)
-    inferred = shape_inference.infer_shapes(full)
+    inferred = _with_inferred_shapes(full, str(model_file))
     specs = _tensor_specs(inferred, stages, str(model_file))
     doc = {
         "schema": MANIFEST_SCHEMA,
@@ -157,6 +157,19 @@ def _predict(plan: Plan, problem: MappingProblem, plan_source: str) -> Evaluatio
         return evaluate(problem, plan)
     except InfeasiblePlan as exc:
         raise InputError(plan_source, "stages", f"infeasible for {problem.name}: {exc}") from None
+
+
+def _with_inferred_shapes(model: ModelProto, source: str) -> ModelProto:
+    """A copy of ``model`` (its weights kept, for cutting) with the value infos of the capped and
+    timed shape inference (:func:`~pipeplan.formulations.mapping.onnx_bounds.infer_shapes_safely`,
+    which does not send the weights through its child). ONNX's own inference, run here, had been
+    neither capped nor timed."""
+    shapes = infer_shapes_safely(model, source, strict=False)
+    out = ModelProto()
+    out.CopyFrom(model)
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(shapes.graph.value_info)
+    return out
 
 
 def _tensor_specs(model: ModelProto, stages: list[list[Group]], source: str) -> dict[str, dict[str, Any]]:

@@ -33,7 +33,7 @@ from typing import Any
 import onnxruntime as ort
 
 from pipeplan.core.errors import InputError
-from pipeplan.profiles.ort_guard import cap_memory
+from pipeplan.profiles.ort_guard import session_options
 from pipeplan.profiles.roofline import MAX_THREADS, Platform
 
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -136,16 +136,12 @@ def pu_runtime(platform: Platform, pu: str, source: str) -> dict[str, Any]:
 def make_session(model_bytes: bytes, runtime: dict[str, Any], graph_optimization: str,
                  *, pin: bool) -> ort.InferenceSession:
     """An ORT session configured as ``runtime`` (a manifest PU entry) says, allocating from the
-    capped arena (:func:`~pipeplan.profiles.ort_guard.cap_memory`). The affinity entry
+    capped arena (:func:`~pipeplan.profiles.ort_guard.session_options`). The affinity entry
     is only applied when ``pin`` (the PU's cores exist on this host); ORT rejects processor ids
     the machine does not have."""
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = runtime["intra_op_threads"]
-    opts.inter_op_num_threads = 1
+    opts = session_options(runtime["intra_op_threads"])
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = GRAPH_OPTIMIZATION[graph_optimization]
-    opts.log_severity_level = 4     # fatal only: a failing model is one error line, not ORT's log too
-    cap_memory(opts)
     for key, value in runtime["session_config"].items():
         if key != AFFINITY_KEY or pin:
             opts.add_session_config_entry(key, value)

@@ -27,13 +27,14 @@ import math
 
 import numpy as np
 import onnxruntime as ort
-from onnx import ModelProto, TensorProto, helper, numpy_helper, shape_inference
+from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from pipeplan.core.errors import InputError, brief_error
 from pipeplan.core.sizes import memory_cap_bytes
+from pipeplan.formulations.mapping.onnx_bounds import infer_shapes_safely
 from pipeplan.formulations.mapping.onnx_external import MAX_PROTOBUF
 from pipeplan.formulations.mapping.onnx_graph import onnx_node_names
-from pipeplan.profiles.ort_guard import RunGuard, cap_memory
+from pipeplan.profiles.ort_guard import RunGuard, session_options
 from pipeplan.profiles.random_feeds import check_feeds, random_feeds
 
 # Ops that pass a weight on unchanged in value (only in layout); the role is decided further on.
@@ -119,7 +120,7 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
     ONNX Runtime failing on it is the model's fault: a one-line error naming ``source``; ``guard``
     stops it at its time limit (``export --time-limit``).
     """
-    ranks = _ranks(model)
+    ranks = _ranks(model, source)
     targets = [n for n in model.graph.node
                if n.op_type == "BatchNormalization" and len([o for o in n.output if o]) == 1
                and n.input[3] in generated and n.input[4] in generated and ranks.get(n.input[0]) == 4]
@@ -136,10 +137,7 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
         del node.attribute[:]
         node.attribute.append(helper.make_attribute("epsilon", eps))
     probe.graph.output.extend(helper.make_empty_tensor_value_info(bn.input[0]) for bn in targets)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 4     # fatal only: a failing model is one error line, not ORT's log too
-    cap_memory(opts)
+    opts = session_options(1)
     try:
         session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         # one float frame of every input, refused above the memory cap before it is drawn and
@@ -161,8 +159,8 @@ def _calibrate_batch_norms(model: ModelProto, generated: set[str], rng: np.rando
             inits[name].CopyFrom(numpy_helper.from_array(value.astype(dtype), name))
 
 
-def _ranks(model: ModelProto) -> dict[str, int]:
-    inferred = shape_inference.infer_shapes(model)
+def _ranks(model: ModelProto, source: str) -> dict[str, int]:
+    inferred = infer_shapes_safely(model, source, strict=False)
     g = inferred.graph
     return {v.name: len(v.type.tensor_type.shape.dim) for v in list(g.value_info) + list(g.input)
             if v.type.tensor_type.HasField("shape")}

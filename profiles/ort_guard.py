@@ -59,6 +59,18 @@ def cap_memory(options: ort.SessionOptions) -> None:
     options.add_session_config_entry("session.use_env_allocators", "1")
 
 
+def session_options(threads: int) -> ort.SessionOptions:
+    """What every pipeplan session shares: ``threads`` intra-op threads and one inter-op thread,
+    ORT's own log silenced to fatal (a failing model is one error line, not ORT's log too), and
+    allocation from the capped arena (:func:`cap_memory`)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    cap_memory(options)
+    return options
+
+
 class RunGuard:
     """ONNX Runtime calls that stop together: at ``time_limit_s`` after the guard was made (None:
     no limit), when :meth:`stop` is called, or when the main thread is interrupted in

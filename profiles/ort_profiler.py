@@ -33,7 +33,7 @@ from pipeplan.formulations.mapping.onnx_bounds import check_model_bounds
 from pipeplan.formulations.mapping.onnx_external import inline_external_data
 from pipeplan.formulations.mapping.onnx_graph import graph_from_model, onnx_node_names, read_model
 from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Transfers
-from pipeplan.profiles.ort_guard import RunGuard, cap_memory
+from pipeplan.profiles.ort_guard import RunGuard, session_options
 from pipeplan.profiles.random_feeds import check_feeds, frame_shape, random_feeds
 
 LEVEL = "max"
@@ -96,15 +96,11 @@ def _run_profiled(model_bytes: bytes, source: str, *, runs: int, warmup: int, th
                   progress: Callable[[int, int], None] | None, guard: RunGuard) -> dict[str, list[float]]:
     """Node name -> kernel times (ms) in run order, from ORT's JSON trace."""
     with tempfile.TemporaryDirectory(prefix="pipeplan-ort-") as tmp:
-        opts = ort.SessionOptions()
+        opts = session_options(threads)
         opts.enable_profiling = True
         opts.profile_file_prefix = str(Path(tmp) / "trace")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 4     # fatal only: a failing model is one error line, not ORT's log too
-        cap_memory(opts)
         session = None
         try:
             session = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])

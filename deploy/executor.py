@@ -189,7 +189,7 @@ def _feeds(specs: Iterable[TensorSpec]) -> list[Feed]:
     return [(t.name, t.concrete_shape(), t.dtype) for t in specs]
 
 
-def check_threads(m: Manifest) -> None:
+def check_threads(m: Manifest) -> int:
     """Refuse more threads than :data:`OVERSUBSCRIPTION` x this host's CPUs: for one PU
     (``pus.PU.intra_op_threads``), and for the whole run (``pus``), counted as the run makes
     them: every group's session has an intra-op pool of ``intra_op_threads - 1`` threads (ONNX
@@ -197,7 +197,8 @@ def check_threads(m: Manifest) -> None:
     executor calls the sessions from one thread per PU of each stage. An export that gives each
     PU one group makes exactly its PUs' ``intra_op_threads`` summed. 100 PUs of 8 threads (each
     within the rule for one PU) had made 800 on two CPUs, whose sessions alone took over 60 s to
-    create; one 8-thread PU with 100 groups, 700."""
+    create; one 8-thread PU with 100 groups, 700. Returns the run's threads (for a joint run,
+    which holds its networks together to the same rule)."""
     host_cpus = os.cpu_count() or 1
     most = OVERSUBSCRIPTION * host_cpus
     for pu, rt in m.pus.items():
@@ -213,6 +214,7 @@ def check_threads(m: Manifest) -> None:
                          f"{len(groups)} sessions, intra_op_threads - 1 each, and {callers} calling them, one per "
                          f"PU of each stage) on a host with {host_cpus} CPUs (at most {OVERSUBSCRIPTION}x as many "
                          "threads as CPUs in all)")
+    return pools + callers
 
 
 def frame_inputs(specs: tuple[TensorSpec, ...], seed: int, frame: int) -> dict[str, np.ndarray]:

@@ -266,7 +266,8 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
     single-network run report).
 
     Checked before any session loads: the number of networks (:func:`check_network_count`), each
-    network's threads (:func:`~pipeplan.deploy.executor.check_threads`) and ``frames`` against
+    network's threads (:func:`~pipeplan.deploy.executor.check_threads`) and all of them together
+    (:func:`check_joint_threads`), and ``frames`` against
     the memory cap for all networks together, since every network holds its input frames and
     keeps its frames' outputs until the end at the same time. ``time_limit_s`` bounds each
     network's run, counted from the start: loading the manifests is under it too."""
@@ -277,8 +278,7 @@ def run_joint(folder: str | Path, frames: int = 200, seed: int = 0,
     check_network_count(joint)
     guard = RunGuard(time_limit_s, began=began)
     manifests = {n.name: load_manifest(n.folder, guard) for n in nets}
-    for m in manifests.values():
-        check_threads(m)
+    check_joint_threads(joint, sum(check_threads(m) for m in manifests.values()))
     kept, held = map(sum, zip(*(check_run_memory(m, frames) for m in manifests.values())))
     check_memory("--frames", frames, kept, fixed=held)
     reserve_outside_arena(held)    # every network's input frames at once, outside ONNX Runtime's arena
@@ -321,6 +321,17 @@ def check_network_count(joint: JointExport) -> None:
     if len(joint.networks) > OVERSUBSCRIPTION * host_cpus:
         raise InputError(joint.source, "networks", f"{len(joint.networks)} networks to run at once on a host with "
                          f"{host_cpus} CPUs (at most {OVERSUBSCRIPTION}x as many networks as CPUs)")
+
+
+def check_joint_threads(joint: JointExport, threads: int) -> None:
+    """Refuse networks whose runs together make more than OVERSUBSCRIPTION x this host's CPUs
+    threads (``check_threads`` counts each): they run at once, so the rule for one run holds for
+    all of them (four networks each within the rule had made four times the threads it allows)."""
+    host_cpus = os.cpu_count() or 1
+    if threads > OVERSUBSCRIPTION * host_cpus:
+        raise InputError(joint.source, "networks", f"{threads} threads to run its {len(joint.networks)} networks at "
+                         f"once on a host with {host_cpus} CPUs (at most {OVERSUBSCRIPTION}x as many threads as "
+                         "CPUs in all)")
 
 
 def _joint_report(joint: JointExport, reports: dict[str, dict], left: dict[str, list[float]],

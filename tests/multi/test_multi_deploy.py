@@ -226,6 +226,26 @@ def test_more_networks_than_the_host_runs_at_once_refused(tmp_path):
     assert_input_error(proc, str(tmp_path / "joint.json"), "networks", f"{count} networks to run at once")
 
 
+def test_networks_within_the_thread_rule_alone_but_not_together_are_refused(tmp_path):
+    """Each network's run within 4 threads per host CPU, the two together beyond it: they run at
+    once, so the rule holds for their sum (each had been checked alone)."""
+    import os
+
+    from tests.mapping.test_run_limits import export
+
+    cpus = os.cpu_count() or 1
+    threads = 2 * cpus + 1          # one PU, one group: 2 cpus intra-op pool threads and one caller
+    doc = joint_doc("a")
+    doc["networks"] = {name: {**doc["networks"]["squeeze"], "folder": name} for name in ("a", "b")}
+    for name in ("a", "b"):
+        export(tmp_path / name, threads=threads)
+    (tmp_path / "joint.json").write_text(json.dumps(doc))
+    proc = run_cli("run", tmp_path, "--frames", FRAMES)
+    assert_input_error(proc, str(tmp_path / "joint.json"), "networks",
+                       f"{2 * threads} threads to run its 2 networks at once on a host with {cpus} CPUs")
+    assert run_cli("run", tmp_path / "a", "--frames", FRAMES).returncode == 0     # each alone runs
+
+
 def test_an_instance_file_network_exports_with_its_named_model(tmp_path):
     """A network from an instance file (a profile measured on this host) names its ONNX model;
     a model outside the instance file's folder is refused."""

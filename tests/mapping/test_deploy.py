@@ -264,6 +264,13 @@ def test_deploy_loop_writes_the_table(tmp_path):
     plan = json.loads((tmp_path / "squeezenet" / "heft.result.json").read_text())["plan"]
     assert plan["instance"] == str(tmp_path / "squeezenet" / "instance.json")
     assert (tmp_path / "squeezenet" / "heft" / "manifest.json").is_file()
+    # the input frames reserved beside ONNX Runtime's arena before profiling cover what each run holds
+    from pipeplan.app.studies.deploy_loop import most_frames_held
+    from pipeplan.deploy.executor import input_frames_held
+    from pipeplan.deploy.manifest import load_manifest
+    for solver in ("pipeline-dp", "heft"):
+        m = load_manifest(tmp_path / "squeezenet" / solver)
+        assert input_frames_held(m, 10**6) <= most_frames_held(10**6)
 
 
 def _solved_for(folder: Path, instance: str) -> Path:

@@ -27,15 +27,16 @@ from pipeplan.core.io import check_out_folder, mark_out_folder, write_atomic, wr
 from pipeplan.core.registry import get_solver
 from pipeplan.core.sizes import check_memory
 from pipeplan.core.tables import cell, csv_text, markdown_table
-from pipeplan.deploy.executor import MIN_INPUT_FRAMES_HELD, check_frames, kept_bytes_per_frame, run_export
+from pipeplan.deploy.executor import MIN_INPUT_FRAMES_HELD, QUEUE_DEPTH, check_frames, kept_bytes_per_frame, run_export
 from pipeplan.deploy.export import export_plan
 from pipeplan.deploy.manifest import TensorSpec
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, graph_from_model, model_path, read_model
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.instances.catalog import load_mapping
-from pipeplan.instances.from_model import model_instance
+from pipeplan.instances.from_model import HOST_PUS, model_instance
 from pipeplan.instances.paths import PLATFORMS_DIR
+from pipeplan.profiles.ort_guard import reserve_outside_arena
 from pipeplan.profiles.ort_profiler import TRACE_BYTES_PER_NODE_RUN
 from pipeplan.profiles.random_feeds import check_feeds, draw_bytes, feed_bytes, graph_feeds
 
@@ -80,8 +81,10 @@ def check_models(models: list[str], *, frames: int, runs: int, warmup: int) -> N
     """Everything about the models that can be refused, refused before the first one is
     profiled: two models sharing a folder name (the second would overwrite the first's
     exports), and ``--frames`` and ``--runs`` past the memory cap (the checks ``pipeplan run``
-    and ``pipeplan profile`` make, from the whole model's outputs, inputs and node count)."""
+    and ``pipeplan profile`` make, from the whole model's outputs, inputs and node count). Then
+    the input frames the runs will hold are reserved beside ONNX Runtime's arena."""
     seen: dict[str, str] = {}
+    held = 0
     for model in models:
         label = model_label(model)
         if label in seen or not label or label in (".", ".."):
@@ -100,6 +103,16 @@ def check_models(models: list[str], *, frames: int, runs: int, warmup: int) -> N
         check_feeds(feeds, model, "graph.input", frames=MIN_INPUT_FRAMES_HELD)
         check_memory("--frames", frames, kept_bytes_per_frame(outputs),     # as run_export
                      fixed=MIN_INPUT_FRAMES_HELD * feed_bytes(feeds) + draw_bytes(feeds))
+        held = max(held, most_frames_held(frames) * feed_bytes(feeds) + draw_bytes(feeds))
+    # the profiles come first and make ONNX Runtime's arena, once per process: the runs' input
+    # frames, numpy's, are left out of it from the start (as ``pipeplan run`` leaves them)
+    reserve_outside_arena(held)
+
+
+def most_frames_held(frames: int) -> int:
+    """The most input frames a run of a host plan holds at once (``input_frames_held``): at most
+    one stage per PU, each of them handing the inputs on."""
+    return min(frames, MIN_INPUT_FRAMES_HELD + (QUEUE_DEPTH + 1) * len(HOST_PUS))
 
 
 def host_instance(model: str, folder: Path, *, runs: int, warmup: int) -> MappingProblem:

@@ -441,10 +441,11 @@ RECORD_NUMBERS = ("time_limit", "wall_time_s", "gap")             # None or a fi
 RECORD_TEXTS = ("quality", "stopped_by", "message")               # None or text
 RECORD_FLAGS = ("exact", "bound_proven")                          # None or true/false
 RECORD_TABLES = ("objectives", "bound")                           # None or {name: finite number or None}
-# Every number in a record lies within this magnitude: no run of pipeplan's reports a time, an
-# energy or a rate near it, and past it the report's plots fail (a front point at 1e308 had
-# crashed matplotlib's tick locator with a traceback, after three overflow warnings)
-MAX_RECORD_MAGNITUDE = 1e15
+# Every number in a record lies within this magnitude: the instance files' own limits keep every
+# time, energy and rate a run reports far below it, and near float range the report's plots fail
+# (a front point at -1e308 beside one at 1e308 had crashed matplotlib's tick locator with a
+# traceback, after three overflow warnings)
+MAX_RECORD_MAGNITUDE = 1e100
 # but objectives, which the report reads as an object, is never null, and a record whose quality
 # says it holds a plan (what a bench writes with every solution) holds them
 PLAN_QUALITIES = ("feasible", "proven_optimal")

@@ -15,7 +15,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pipeplan.app import bench
-from pipeplan.app.bench import LOCK, RECORDS, bench_lock, open_records, record_key, run_suite, scan_records
+from pipeplan.app.bench import (
+    LOCK,
+    MAX_RECORD_MAGNITUDE,
+    RECORDS,
+    bench_lock,
+    open_records,
+    record_key,
+    run_suite,
+    scan_records,
+)
 from pipeplan.core.errors import InputError
 from tests.cli_helpers import ROOT, assert_input_error, run_cli
 
@@ -105,7 +114,7 @@ record = st.fixed_dictionaries({
     "instance": st.text(st.characters(categories=("L", "M", "N", "P", "S")), max_size=12).map(lambda s: f"rand/{s}"),
     "solver": st.sampled_from(["single", "heft", "cpsat"]), "seed": st.integers(-5, 2**40),
     "termination": st.sampled_from(["completed", "optimal", "error", "time_limit"]),
-    "objectives": st.dictionaries(st.text(max_size=5), st.floats(allow_nan=False, allow_infinity=False),
+    "objectives": st.dictionaries(st.text(max_size=5), st.floats(-MAX_RECORD_MAGNITUDE, MAX_RECORD_MAGNITUDE),
                                   max_size=3),
     "message": st.text(max_size=20)})
 

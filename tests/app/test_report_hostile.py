@@ -100,7 +100,7 @@ def test_numbers_past_the_record_magnitude_are_refused_and_those_at_it_plotted(t
     traceback (after three overflow warnings); 1e308 as a wall time or objective is no run."""
     from pipeplan.app.bench import MAX_RECORD_MAGNITUDE as M
     cases = [(rec(front=[{"period_ms": 1e308, "latency_ms": -1e308}]), "line 1: front[0].period_ms"),
-             (rec(objectives={"period_ms": 30.0, "latency_ms": -1e16}), "line 1: objectives.latency_ms"),
+             (rec(objectives={"period_ms": 30.0, "latency_ms": -1e101}), "line 1: objectives.latency_ms"),
              ({**rec(), "wall_time_s": 1e308}, "line 1: wall_time_s: expected a finite positive number of seconds")]
     for i, (bad, field) in enumerate(cases):
         out = folder(tmp_path / str(i), bad)

@@ -309,7 +309,8 @@ class DeadlinePolicy(Policy):
 
     @staticmethod
     def _generated(state: EngineState, status: np.ndarray) -> np.ndarray:
-        """Tokens made so far by every request (``EngineState.generated``, for all at once)."""
+        """Tokens made so far by every unfinished request (``EngineState.generated``, for all at
+        once; a finished request's entry is not its length, and ``decide`` does not read it)."""
         before = np.array(state.generated_before)
         running = status == RUNNING
         steps = np.array([r.steps for r in state.replicas])[np.array(state.replica_of)]

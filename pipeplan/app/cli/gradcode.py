@@ -273,9 +273,8 @@ def _refuse_undecodable(code, code_file) -> None:
     """A code file trained with must decode: one whose B cannot recover the gradient from some
     straggler set had trained on wrong gradients without a word (FR at n = 6 with one entry of
     B set to 1e-300: a loss of 0.141 after 200 steps where the code reaches 0.129; scaled by
-    1e300, 501 after 5 steps). The default verification,
-    stopped after ``TRAIN_VERIFY_S``; a code that says it is approximate (the linear decoder)
-    is trained as it is."""
+    1e300, 501 after 5 steps). The default verification, stopped after ``TRAIN_VERIFY_S``; a
+    code that says it is approximate (the linear decoder) is trained as it is."""
     from pipeplan.core.deadline import Deadline
     from pipeplan.formulations.gradcode.verifier import verify
     v = verify(code, deadline=Deadline(TRAIN_VERIFY_S))

@@ -80,6 +80,9 @@ LISTED_TWICE = [
     (["rollout", "async", "--workloads", "lsat-ar", "--staleness", "0,1" + "0" * 26], "--staleness: expected whole"),
     (["gradcode", "place", "--scheme", "cr", "--n", "12", "--s", "2", "--tries", "1" + "0" * 23],
      "--tries: must be a whole number from 1 to 1,000,000"),
+    # an option of the other backend is refused, not ignored
+    (["gradcode", "train", "--scheme", "fr", "--n", "4", "--s", "1", "--steps", "3", "--time-scale", "1"],
+     "--time-scale: is for --backend ray"),
     (["gradcode", "study", "--models", "mlp,mlp"], "--models: mlp: listed twice"),
     (["limits", "--systems", "rollout,rollout"], "--systems: rollout: listed twice"),
     (["limits", "--limits", "1,1.0"], "--limits: 1.0: listed twice"),

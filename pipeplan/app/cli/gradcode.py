@@ -29,6 +29,7 @@ SIMULATE_BYTES_PER_STEP = 24
 VERIFY_BYTES_PER_SET_AND_WORKER = 32
 TRAIN_BYTES_PER_STEP = 256
 TRAIN_VERIFY_S = 10.0      # the verification of a --code file before training
+RAY_TIME_SCALE = 0.02      # train --backend ray: real seconds per virtual second
 # gradcode study's --steps per training run: a step takes about 1 ms (softmax) to 8 ms (mlp) on
 # one core, so 100,000 steps (400x the default) are about 15 min for --quick's 8 runs and most
 # of a day for the full study's 192; --steps 40000000 would have run for days, 10^12 died
@@ -360,7 +361,9 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
               prob: Optional[float] = _prob, partition_time: Optional[float] = _ptime,
               carry_over: bool = _carry, link: Optional[float] = _link, gradient: Optional[float] = _gradient,
               decode_s: Optional[float] = _decode,
-              time_scale: float = typer.Option(0.02, "--time-scale", help="ray: real seconds per virtual second"),
+              time_scale: Optional[float] = typer.Option(None, "--time-scale",
+                                                         help=f"ray: real seconds per virtual second "
+                                                              f"(default {RAY_TIME_SCALE})"),
               target_loss: Optional[float] = typer.Option(None, "--target-loss",
                                                           help="training loss to reach: also report the virtual "
                                                                "time and steps until the loss first gets there"),
@@ -372,6 +375,9 @@ def train_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEME
         raise InputError("--backend", "", f"unknown backend {backend!r} (sim or ray)")
     if model not in MODELS:
         raise InputError("--model", "", f"unknown model {model!r} ({', '.join(MODELS)})")
+    if time_scale is not None and backend != "ray":     # had been ignored without a word
+        raise InputError("--time-scale", "", "is for --backend ray (the sim backend runs in virtual time)")
+    time_scale = RAY_TIME_SCALE if time_scale is None else time_scale
     if steps < 1 or (lr is not None and not lr > 0) or not time_scale >= 0:
         raise InputError("--steps" if steps < 1 else "--lr" if lr is not None and not lr > 0 else "--time-scale",
                          "", "must be positive")

@@ -196,6 +196,15 @@ def test_profiling_stops_a_model_that_never_ends_at_its_time_limit(tmp_path, com
     assert not (tmp_path / "out.json").exists()
 
 
+def test_profiling_of_many_short_runs_stops_at_its_time_limit(tmp_path):
+    """The limit had been checked only while a single ONNX Runtime call ran longer than the
+    guard's 0.1 s poll: squeezenet's millisecond runs went on past it (a 1e-6 s limit, exit 0)."""
+    proc = run_cli("profile", "squeezenet", "--runs", 50, "--warmup", 0, "--out", tmp_path / "out.json",
+                   "--time-limit", 1e-6)
+    assert_input_error(proc, "--time-limit", "still running", "squeezenet", "after 1e-06 s")
+    assert not (tmp_path / "out.json").exists()
+
+
 def test_run_refuses_a_sub_model_beyond_the_bounds(tmp_path):
     folder = export_with_stage(tmp_path, loop(2**62))
     assert_input_error(run_cli("run", folder, "--frames", 2), "stage0.onnx", "graph.node[loop]")

@@ -47,7 +47,7 @@ from pipeplan.app.stored_optima import COLUMNS as OPTIMA_COLUMNS
 from pipeplan.app.stored_optima import SNAPSHOT, read_optima
 from pipeplan.core.api import MAX_SEED
 from pipeplan.core.deadline import check_stop
-from pipeplan.core.errors import InputError, crash_message
+from pipeplan.core.errors import InputError, brief_value, crash_message
 from pipeplan.core.io import (
     check_out_folder,
     check_output,
@@ -143,8 +143,8 @@ MAX_SUITE_PATTERNS = 10_000
 
 
 def _shown(value) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
+    """A bad value as the suite and record errors quote it (60 characters at most)."""
+    return brief_value(value, 60)
 
 
 def _check_group(g, source: str, where: str) -> None:
@@ -510,9 +510,7 @@ def check_record(record: dict, source: str, where: str) -> None:
     """Refuse a run record whose fields do not hold what the bench writes (see ``RECORD_NAMES``
     and the rest); ``where`` is ``line N``."""
     def fail(field: str, expected: str, value) -> InputError:
-        shown = repr(value)
-        return InputError(source, f"{where}: {field}", f"expected {expected}, got "
-                                                       f"{shown if len(shown) <= 60 else shown[:57] + '...'}")
+        return InputError(source, f"{where}: {field}", f"expected {expected}, got {_shown(value)}")
 
     def table(value, field: str) -> None:
         if not isinstance(value, dict):

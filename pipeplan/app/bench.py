@@ -35,6 +35,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import sys
 import time
 from contextlib import contextmanager, suppress
@@ -661,14 +662,25 @@ def _boot_id() -> str:
 
 
 def _owner(lock: Path) -> tuple[dict | None, int]:
-    """(the lock's owner {pid, host, boot, started} or None when unreadable, its inode)."""
+    """(the lock's owner {pid, host, boot, started} or None when unreadable, its inode). Read
+    without following a link and without blocking: a bench folder may come from someone else, and
+    a bench.lock linked to a file outside or to a FIFO had been read there, or hung the bench."""
     try:
-        with lock.open("rb") as fh:
-            ino, raw = os.fstat(fh.fileno()).st_ino, fh.read(4096)
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None, -1
     except OSError as exc:
+        why = "is a symbolic link" if os.path.islink(lock) else f"cannot be read ({exc.strerror or exc})"
+        raise InputError(str(lock), "", f"{why}, not a bench's lock; remove it if no bench runs") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(str(lock), "", "is not a regular file, not a bench's lock; remove it if no bench runs")
+        ino, raw = st.st_ino, os.read(fd, 4096)
+    except OSError as exc:
         raise InputError(str(lock), "", f"cannot read the lock ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
     try:
         owner = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):

@@ -228,6 +228,25 @@ def test_locks_that_cannot_be_judged_stale_are_respected(tmp_path, lock):
     assert sorted(p.name for p in out.iterdir()) == [LOCK]
 
 
+@pytest.mark.parametrize("kind", ["link to a FIFO", "link to a file", "FIFO"])
+def test_a_lock_that_is_a_link_or_fifo_is_refused_unread(tmp_path, kind):
+    """A bench folder from someone else: its bench.lock linked out (or a FIFO) is neither read
+    nor waited on (a link to a FIFO had hung the bench until killed)."""
+    out, target = tmp_path / "out", tmp_path / "target"
+    out.mkdir()
+    (out / RECORDS).write_text("")
+    if kind == "link to a file":
+        target.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    else:
+        os.mkfifo(target if kind != "FIFO" else out / LOCK)
+    if kind != "FIFO":
+        (out / LOCK).symlink_to(target)
+    proc = run_cli("bench", "--suite", suite_file(tmp_path, ONE), "--out", out)
+    why = "is not a regular file" if kind == "FIFO" else "is a symbolic link"
+    assert_input_error(proc, f"{out / LOCK}: {why}, not a bench's lock")
+    assert sorted(p.name for p in out.iterdir()) == [LOCK, RECORDS]
+
+
 @pytest.mark.parametrize("owner", ["dead", "other_boot"])
 def test_a_stale_lock_is_reported_and_taken_over(tmp_path, owner):
     out = tmp_path / "out"

@@ -273,6 +273,20 @@ def test_deploy_loop_writes_the_table(tmp_path):
         assert input_frames_held(m, 10**6) <= most_frames_held(10**6)
 
 
+def test_deploy_loop_refuses_a_model_folder_linked_out_of_out(tmp_path):
+    """--out is pipeplan's (its marker) but its squeezenet/ links elsewhere: refused before the
+    first profile; the loop had written the profile, instance, plans and exports there."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / ".pipeplan-out").write_text("")
+    (out / "squeezenet").symlink_to(elsewhere)
+    proc = run_cli("deploy-loop", "--models", "squeezenet", "--out", out, "--solvers", "heft", "--frames", 2,
+                   "--runs", 1)
+    assert_input_error(proc, f"{out / 'squeezenet'}: output is a symbolic link")
+    assert not any(elsewhere.iterdir()) and sorted(p.name for p in out.iterdir()) == [".pipeplan-out", "squeezenet"]
+
+
 def _solved_for(folder: Path, instance: str) -> Path:
     path = folder / f"{instance.replace('/', '_')}.json"
     path.write_text(pipeplan.solve(load_mapping(instance), "pipeline-dp").to_json())

@@ -23,7 +23,7 @@ from onnx import helper
 import pipeplan
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_out_folder, mark_out_folder, write_atomic, write_json
+from pipeplan.core.io import check_out_folder, check_output, mark_out_folder, write_atomic, write_json
 from pipeplan.core.registry import get_solver
 from pipeplan.core.sizes import check_memory
 from pipeplan.core.tables import cell, csv_text, markdown_table
@@ -140,6 +140,8 @@ def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFA
         get_solver("mapping", name)  # unknown names fail before any work
     check_out_folder(out)
     check_models(models, frames=frames, runs=runs, warmup=warmup)
+    for model in models:     # a model's folder linked out of a pipeplan --out had been written through
+        check_output(out / model_label(model), folder=True)
     mark_out_folder(out)         # it writes one model at a time: a rerun of a stopped loop is pipeplan's folder
     rows: list[dict] = []
     total, step = len(models) * (1 + len(solvers)), 0

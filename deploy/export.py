@@ -272,9 +272,11 @@ def _exported_names(out: Path) -> set[str]:
 
 
 def _make_temp_folder(out: Path) -> Path:
+    """A temporary folder beside ``out``, of a short fixed-length name (``out``'s own name in it
+    had made a 250-character ``--out``, which the file system takes, fail as too long)."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        return Path(tempfile.mkdtemp(prefix=".pp-export-", dir=out.parent))
     except OSError as exc:
         raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
 
@@ -285,7 +287,7 @@ def _publish(tmp: Path, out: Path, check: Callable[[Path], None] | None = None) 
     export's rule; a joint export passes its own)."""
     (check or _check_target)(out)
     if out.is_dir() and any(out.iterdir()):
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+        old = Path(tempfile.mkdtemp(prefix=".pp-export-old-", dir=out.parent))
         os.replace(out, old)
         os.replace(tmp, out)
         shutil.rmtree(old, ignore_errors=True)

@@ -257,6 +257,17 @@ def test_an_earlier_export_is_replaced(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_any_folder_name_the_file_system_takes_is_exported_and_replaced(tmp_path):
+    """The temporary folders beside --out have short fixed names: a 250-character --out had
+    been `cannot write (File name too long)`, new or an earlier export alike."""
+    out = tmp_path / ("e" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 5))
+    for _ in range(2):                               # new, then replacing the earlier export
+        proc = export_cli(out, tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / MANIFEST_FILE).read_text())["instance"] == "host/squeezenet@raw"
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
 @pytest.mark.parametrize("target", ["empty folder", "earlier export", "missing"])
 def test_a_symlink_as_out_is_refused(tmp_path, target):
     real = tmp_path / "real"

@@ -73,6 +73,9 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
 
 
 def load_problem_file(path: str | Path, *, trusted: bool = False) -> MappingProblem:
-    """``trusted``: a shipped catalogue instance, whose profile lies in the package's profiles/."""
+    """``trusted``: a shipped catalogue instance, whose profile lies in the package's profiles/.
+    Its profile is found beside the file itself, links followed: a link to a shipped instance in
+    someone's folder had read its ``../../profiles/...`` there, outside the link's folder."""
     path = Path(path)
-    return problem_from_dict(load_json(path), str(path), base=path.parent, trusted=trusted)
+    base = path.resolve().parent if trusted else path.parent
+    return problem_from_dict(load_json(path), str(path), base=base, trusted=trusted)

@@ -270,3 +270,16 @@ def test_an_instance_reads_its_profile_only_inside_its_own_folder(tmp_path):
     assert run_cli("evaluate", inst / "i.json", "--mapping", "ABAB").returncode == 0
     for shipped in ("khadas-vim3/Alex", ROOT / "instances" / "khadas-vim3" / "Alex.json"):   # ../../profiles/
         assert run_cli("solve", shipped, "--solver", "heft").returncode == 0
+
+
+def test_a_link_to_a_shipped_instance_reads_the_shipped_profile_not_one_beside_the_link(tmp_path):
+    """A trusted (shipped) instance reached through a link in someone's folder: its
+    ../../profiles/... is resolved beside the real file. It had been resolved beside the link,
+    reading (here, through a further link) a file outside that folder."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "inst.json").symlink_to(ROOT / "instances" / "khadas-vim3" / "Alex.json")
+    (tmp_path / "profiles" / "data" / "khadas-vim3").mkdir(parents=True)
+    (tmp_path / "secret.json").write_text('{"not": "a profile"}')
+    (tmp_path / "profiles" / "data" / "khadas-vim3" / "Alex.json").symlink_to(tmp_path / "secret.json")
+    proc = run_cli("solve", tmp_path / "a" / "b" / "inst.json", "--solver", "heft")
+    assert proc.returncode == 0, proc.stderr

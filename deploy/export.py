@@ -36,7 +36,7 @@ from onnx.utils import Extractor
 
 from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_output, load_json
+from pipeplan.core.io import check_output, folder_mode, load_json
 from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
 from pipeplan.deploy.partition import Group, branch_groups, check_plan, expand_plan, unit_nodes
 from pipeplan.deploy.runtime import pu_runtime
@@ -286,6 +286,7 @@ def _publish(tmp: Path, out: Path, check: Callable[[Path], None] | None = None) 
     ``check(out)``: refuses an ``out`` this kind of export may not replace (default: a single
     export's rule; a joint export passes its own)."""
     (check or _check_target)(out)
+    os.chmod(tmp, folder_mode())    # mkdtemp's owner-only mode had stayed on the published export
     if out.is_dir() and any(out.iterdir()):
         old = Path(tempfile.mkdtemp(prefix=".pp-export-old-", dir=out.parent))
         os.replace(out, old)

@@ -415,17 +415,23 @@ def _remove_folders(created: list[Path]) -> None:
             pass
 
 
+def folder_mode() -> int:
+    """The mode ``mkdir`` gives a new folder under the process's umask: a temporary folder
+    (``mkdtemp`` makes it owner-only) gets it before it is renamed into a user's output."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o777 & ~mask
+
+
 def _rename_in(stage: Path, out: Path) -> None:
     """A new ``out``: the stage itself, renamed once (its empty folders dropped, its mode the
     one ``mkdir`` would give), so every file appears at the same instant."""
     for folder, subdirs, names in os.walk(stage, topdown=False):
         if folder != str(stage) and not os.listdir(folder):
             os.rmdir(folder)
-    mask = os.umask(0)
-    os.umask(mask)
     created = _make_folders(out.parent)
     try:
-        os.chmod(stage, 0o777 & ~mask)
+        os.chmod(stage, folder_mode())
         os.rename(stage, out)
     except BaseException:
         _remove_folders(created)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import inside_folder
+from pipeplan.core.io import folder_mode, inside_folder
 from pipeplan.deploy.executor import frame_inputs, run_export
 from pipeplan.deploy.export import REFERENCE_FILE, export_plan
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest
@@ -259,11 +259,13 @@ def test_an_earlier_export_is_replaced(tmp_path):
 
 def test_any_folder_name_the_file_system_takes_is_exported_and_replaced(tmp_path):
     """The temporary folders beside --out have short fixed names: a 250-character --out had
-    been `cannot write (File name too long)`, new or an earlier export alike."""
+    been `cannot write (File name too long)`, new or an earlier export alike; the export gets
+    the mode `mkdir` gives."""
     out = tmp_path / ("e" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 5))
     for _ in range(2):                               # new, then replacing the earlier export
         proc = export_cli(out, tmp_path)
         assert proc.returncode == 0, proc.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == folder_mode()   # mkdtemp's 0700 had stayed
     assert json.loads((out / MANIFEST_FILE).read_text())["instance"] == "host/squeezenet@raw"
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
 

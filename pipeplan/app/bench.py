@@ -598,8 +598,10 @@ def _set_aside(records_path: Path, fd: int, damage: Damage) -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     aside = records_path.with_name(f"{RECORDS}.damaged-{stamp}")
     try:
-        afd = os.open(aside, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        afd = os.open(aside, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         try:
+            if not stat.S_ISREG(os.fstat(afd).st_mode):     # a FIFO planted under the name had hung it
+                raise OSError(0, "not a regular file")
             if os.write(afd, damage.data) != len(damage.data):
                 raise OSError(0, "short write (disk full?)")
             os.fsync(afd)

@@ -109,6 +109,28 @@ def test_set_aside_bytes_are_appended_never_overwritten(tmp_path, monkeypatch):
     assert len(lines_of(out / RECORDS)) == 1
 
 
+
+def test_a_fifo_under_the_set_aside_name_is_refused_not_waited_on(tmp_path, monkeypatch):
+    """The set-aside file is opened without blocking: a FIFO planted under its time-stamped
+    name had hung the bench (no reader ever comes)."""
+    monkeypatch.setattr(bench, "run_local", fake_engine)
+    suite, out = suite_file(tmp_path, ONE), tmp_path / "out"
+    run_suite(suite, out)
+    os.mkfifo(out / "runs.jsonl.damaged-20240101T000000Z")
+
+    class NewYear(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+    monkeypatch.setattr(bench, "datetime", NewYear)
+    with (out / RECORDS).open("ab") as fh:
+        fh.write(b'{"sys')
+    before = (out / RECORDS).read_bytes()
+    with pytest.raises(InputError, match="cannot set the damaged last line aside"):
+        run_suite(suite, out)
+    assert (out / RECORDS).read_bytes() == before
+
 record = st.fixed_dictionaries({
     "system": st.just("mapping"),
     "instance": st.text(st.characters(categories=("L", "M", "N", "P", "S")), max_size=12).map(lambda s: f"rand/{s}"),

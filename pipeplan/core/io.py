@@ -316,21 +316,23 @@ def write_atomic(path: str | Path, data: str | bytes, *, log: bool = False) -> P
     ``log``: ``path`` is a table of the command's own that it read and now rewrites (as
     ``pipeplan optima`` merges its rows), not an input it must leave alone."""
     path = check_output(path, log=log)
+    created: list[Path] = []
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        created = _make_folders(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=".pp-", suffix=".tmp", dir=path.parent)
     except OSError as exc:
+        _remove_folders(created)
         raise InputError(str(path), "", f"cannot write ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode() if isinstance(data, str) else data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:        # the folders it made go too: nothing partial is left
         Path(tmp).unlink(missing_ok=True)
-        raise InputError(str(path), "", f"cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _remove_folders(created)
+        if isinstance(exc, OSError):
+            raise InputError(str(path), "", f"cannot write ({exc.strerror or exc})") from None
         raise
     return path
 

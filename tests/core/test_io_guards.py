@@ -283,3 +283,19 @@ def test_a_link_to_a_shipped_instance_reads_the_shipped_profile_not_one_beside_t
     (tmp_path / "profiles" / "data" / "khadas-vim3" / "Alex.json").symlink_to(tmp_path / "secret.json")
     proc = run_cli("solve", tmp_path / "a" / "b" / "inst.json", "--solver", "heft")
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("fault", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_failed_write_leaves_no_folder_it_made(tmp_path, monkeypatch, fault):
+    """The folders write_atomic creates for its file go with a failed write (they had stayed,
+    empty); folders that were there stay."""
+    from pipeplan.core import io
+
+    def fail(*_):
+        raise fault
+
+    monkeypatch.setattr(io.os, "replace", fail)
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(InputError if isinstance(fault, OSError) else KeyboardInterrupt):
+        write_atomic(tmp_path / "kept" / "new" / "deeper" / "file.txt", "x")
+    assert [p.name for p in tmp_path.rglob("*")] == ["kept"]

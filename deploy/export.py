@@ -26,8 +26,9 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import networkx as nx
 import onnx
@@ -36,7 +37,7 @@ from onnx.utils import Extractor
 
 from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_output, folder_mode, load_json
+from pipeplan.core.io import check_output, folder_mode, load_json, make_folders, remove_folders
 from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
 from pipeplan.deploy.partition import Group, branch_groups, check_plan, expand_plan, unit_nodes
 from pipeplan.deploy.runtime import pu_runtime
@@ -127,8 +128,7 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     }
     sends = _sends(stages, g)
     receives = [[name for name, *_ in g.graph["inputs"]]] + sends[:-1]
-    tmp = _make_temp_folder(out)
-    try:
+    with temp_export_folder(out) as tmp:
         onnx.save(full, str(tmp / REFERENCE_FILE))
         doc["reference"]["sha256"] = sha256_of(tmp / REFERENCE_FILE)
         extractor = Extractor(inferred)
@@ -138,9 +138,6 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
                                   "receives": receives[s], "sends": sends[s], "groups": entries})
         (tmp / MANIFEST_FILE).write_text(json.dumps(doc, indent=2) + "\n")
         _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return doc
 
 
@@ -271,14 +268,25 @@ def _exported_names(out: Path) -> set[str]:
     return {MANIFEST_FILE} | {str(f.relative_to(root)) for f in files}
 
 
-def _make_temp_folder(out: Path) -> Path:
-    """A temporary folder beside ``out``, of a short fixed-length name (``out``'s own name in it
-    had made a 250-character ``--out``, which the file system takes, fail as too long)."""
+@contextmanager
+def temp_export_folder(out: Path) -> Iterator[Path]:
+    """A temporary folder beside ``out`` to build an export in, of a short fixed-length name
+    (``out``'s own name in it had made a 250-character ``--out``, which the file system takes,
+    fail as too long). If the body fails, the folder goes, and so do the parents of ``out`` it
+    made (they had stayed, empty)."""
+    created: list[Path] = []
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=".pp-export-", dir=out.parent))
+        created = make_folders(out.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=".pp-export-", dir=out.parent))
     except OSError as exc:
+        remove_folders(created)
         raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_folders(created)
+        raise
 
 
 def _publish(tmp: Path, out: Path, check: Callable[[Path], None] | None = None) -> None:

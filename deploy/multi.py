@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -49,7 +48,7 @@ from pipeplan.core.io import check_output, inside_folder, load_json
 from pipeplan.core.sizes import check_memory
 from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, check_run_memory, check_threads, run_export
 from pipeplan.deploy.export import _check_target as check_single_target
-from pipeplan.deploy.export import _make_temp_folder, _publish, export_plan
+from pipeplan.deploy.export import _publish, export_plan, temp_export_folder
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest, sha256_of
 from pipeplan.formulations.mapping.multi.evaluator import JointEvaluation, evaluate_plan_file
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
@@ -85,8 +84,7 @@ def export_joint(plan_file: str | Path, instance: str, out: str | Path, seed: in
         "predicted": {**ev.objectives(), "pu_load_ms": ev.pu_load_ms},
         "networks": {},
     }
-    tmp = _make_temp_folder(out)
-    try:
+    with temp_export_folder(out) as tmp:
         for net in problem.networks:
             # the network's plan for its own instance, so the export predicts and picks the
             # platform as the joint evaluation did (a plan may name another instance)
@@ -102,9 +100,6 @@ def export_joint(plan_file: str | Path, instance: str, out: str | Path, seed: in
                                          "predicted": _predicted(ev, net.name, manifest["predicted"])}
         (tmp / JOINT_FILE).write_text(json.dumps(doc, indent=2) + "\n")
         _publish(tmp, out, check=_check_target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return doc
 
 

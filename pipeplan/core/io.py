@@ -318,10 +318,10 @@ def write_atomic(path: str | Path, data: str | bytes, *, log: bool = False) -> P
     path = check_output(path, log=log)
     created: list[Path] = []
     try:
-        created = _make_folders(path.parent)
+        created = make_folders(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=".pp-", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        _remove_folders(created)
+        remove_folders(created)
         raise InputError(str(path), "", f"cannot write ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -330,7 +330,7 @@ def write_atomic(path: str | Path, data: str | bytes, *, log: bool = False) -> P
         os.replace(tmp, path)
     except BaseException as exc:        # the folders it made go too: nothing partial is left
         Path(tmp).unlink(missing_ok=True)
-        _remove_folders(created)
+        remove_folders(created)
         if isinstance(exc, OSError):
             raise InputError(str(path), "", f"cannot write ({exc.strerror or exc})") from None
         raise
@@ -391,7 +391,7 @@ def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool =
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _make_folders(folder: Path) -> list[Path]:
+def make_folders(folder: Path) -> list[Path]:
     """Create ``folder`` and its missing parents; the ones created, outermost first."""
     missing = []
     while not os.path.lexists(folder):
@@ -403,12 +403,12 @@ def _make_folders(folder: Path) -> list[Path]:
             f.mkdir()
             created.append(f)
     except BaseException:
-        _remove_folders(created)
+        remove_folders(created)
         raise
     return created
 
 
-def _remove_folders(created: list[Path]) -> None:
+def remove_folders(created: list[Path]) -> None:
     """Remove folders this commit created, innermost first, only while they are empty."""
     for f in reversed(created):
         try:
@@ -431,12 +431,12 @@ def _rename_in(stage: Path, out: Path) -> None:
     for folder, subdirs, names in os.walk(stage, topdown=False):
         if folder != str(stage) and not os.listdir(folder):
             os.rmdir(folder)
-    created = _make_folders(out.parent)
+    created = make_folders(out.parent)
     try:
         os.chmod(stage, folder_mode())
         os.rename(stage, out)
     except BaseException:
-        _remove_folders(created)
+        remove_folders(created)
         raise
 
 
@@ -451,7 +451,7 @@ def _move_in(stage: Path, out: Path, moves: list[tuple[Path, Path]], anchor: Pat
     created: list[Path] = []
     try:
         for i, (src, dst) in enumerate(moves):
-            created += _make_folders(dst.parent)
+            created += make_folders(dst.parent)
             saved = None
             if os.path.lexists(dst):
                 saved = backup / str(i)
@@ -485,7 +485,7 @@ def _undo(done: list[tuple[Path, Path | None]], created: list[Path]) -> list[Pat
                 os.replace(saved, dst)
         except OSError:
             lost.append(dst)
-    _remove_folders(created)
+    remove_folders(created)
     return lost
 
 

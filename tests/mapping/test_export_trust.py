@@ -270,6 +270,20 @@ def test_any_folder_name_the_file_system_takes_is_exported_and_replaced(tmp_path
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
 
 
+def test_an_interrupted_export_leaves_nothing_not_even_the_folders_made_for_it(tmp_path, monkeypatch):
+    """Stopped while it writes (here: Ctrl-C in the reference model's save), the export removes
+    its temporary folder and the parents of --out it made (they had stayed, empty)."""
+    from pipeplan.deploy import export as export_module
+
+    def interrupted(*_, **__):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_module.onnx, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_plan(PLAN, light_model_path("squeezenet"), tmp_path / "new" / "deeper" / "out",
+                    platform_file=EXPORT_ARGS[1])
+    assert list(tmp_path.iterdir()) == []
+
 @pytest.mark.parametrize("target", ["empty folder", "earlier export", "missing"])
 def test_a_symlink_as_out_is_refused(tmp_path, target):
     real = tmp_path / "real"

@@ -44,6 +44,20 @@ MAX_LINEAR_WEIGHT = 1e6
 # worker's coded gradient and the residuals' squares leave float range (a B scaled by 1e300
 # verified with residual 1e300 and trained to a loss of 501 without a word)
 MAX_B_ENTRY = 1e100
+# Workers of a code decoded by least squares: every decode of a straggler set (each verified set,
+# and at least one is always verified) is an SVD of an (n - s) x k matrix, cubic in n: about 1 s
+# at n = 2,000, the largest size the time-limit guarantee is measured at (results/limits.md), 50 s
+# at 4,000 and minutes at 10,000 (`gradcode place --scheme cr --n 10000 --time-limit 2` had run
+# past 449 s on its first verified set, at 3.4 GB, and not stopped at SIGTERM)
+MAX_LSTSQ_N = 2048
+
+
+def check_lstsq_size(n: int, source: str, field: str, what: str) -> None:
+    """Refuse a least-squares code of more than MAX_LSTSQ_N workers before any is built or decoded."""
+    if n > MAX_LSTSQ_N:
+        raise InputError(source, field, f"{what} decodes by least squares, at most {MAX_LSTSQ_N:,} workers, got "
+                                        f"n = {n:,} (each decode is an SVD of an (n - s) x k matrix, cubic in n; "
+                                        f"fr, pgc-fr and the linear decoder have no such limit)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,6 +176,8 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
     decoder = d.get("decoder", "lstsq")
     if decoder not in DECODERS:
         raise InputError(source, "decoder", f"unknown decoder {decoder!r} (known: {', '.join(DECODERS)})")
+    if decoder == "lstsq":
+        check_lstsq_size(n, source, "decoder", "a code that")
     groups: tuple[tuple[int, ...], ...] = ()
     if decoder == "groups":
         g = d.get("groups")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.errors import InputError
-from pipeplan.formulations.gradcode.gradient_code import GradientCode
+from pipeplan.formulations.gradcode.gradient_code import GradientCode, check_lstsq_size
 from pipeplan.solvers.gradcode.approximate import sparse_graph_code
 from pipeplan.solvers.gradcode.baselines import ignore_stragglers_gc, ignore_stragglers_sgd, uncoded
 from pipeplan.solvers.gradcode.cyclic import cyclic_repetition
@@ -30,6 +30,8 @@ def build(scheme: str, n: int, s: int, *, seed: int = 0, tries: int = 8, decoder
     name = ALIASES.get(scheme, scheme)
     if decoder is not None and name not in ("pgc-cr", "approx"):
         raise InputError("--decoder", "", f"only pgc-cr and approx take a decoder choice, not {scheme}")
+    if name in ("cr", "cyclic-mds") or (name in ("pgc-cr", "approx") and (decoder or "lstsq") == "lstsq"):
+        check_lstsq_size(n, "--scheme", "", scheme + (" with --decoder lstsq" if decoder else ""))
     if name == "fr":
         code = fractional_repetition(n, s)
     elif name == "cr":

@@ -100,6 +100,29 @@ def test_a_code_of_more_workers_than_a_problem_may_have_is_refused(tmp_path):
     assert_input_error(cli("verify", "--code", big), "big.json", "support", "10001 workers, more than 10,000")
 
 
+@pytest.mark.parametrize("args", [("place", "--scheme", "cr"), ("place", "--scheme", "cyclic-mds"),
+                                  ("place", "--scheme", "approx"), ("verify", "--scheme", "pgc-cr")])
+def test_a_least_squares_code_past_its_size_is_refused_before_it_is_built(args, tmp_path):
+    """One least-squares decode is cubic in n: `place --scheme cr --n 10000 --time-limit 2` had run
+    past 449 s (3.4 GB) on its first verified set."""
+    out = tmp_path / "code.json"
+    proc = cli(*args, "--n", 10_000, "--s", 2, "--time-limit", 2, "--out", out) if args[0] == "place" else \
+        cli(*args, "--n", 10_000, "--s", 2)
+    assert_input_error(proc, "--scheme", "at most 2,048 workers, got n = 10,000")
+    assert not out.exists()
+
+
+def test_a_least_squares_code_file_past_its_size_is_refused():
+    from pipeplan.core.errors import InputError
+    from pipeplan.formulations.gradcode.gradient_code import MAX_LSTSQ_N, code_from_dict
+    n = MAX_LSTSQ_N + 1
+    rows = [[1] + [0] * (n - 1)] * n
+    with pytest.raises(InputError) as err:
+        code_from_dict({"schema": CODE["schema"], "s": 0, "support": rows, "decoder": "lstsq"}, "c.json")
+    assert (err.value.source, err.value.field) == ("c.json", "decoder") and "2,048" in str(err.value)
+    code_from_dict({"schema": CODE["schema"], "s": 0, "support": rows, "decoder": "linear"}, "c.json")
+
+
 @pytest.mark.parametrize("changes,named", [
     ({"n": 7}, "n"), ({"k": 5}, "k"), ({"n": True}, "n"), ({"linear_weight": 1e200}, "linear_weight"),
     ({"linear_weight": 0}, "linear_weight"), ({"linear_weight": "1"}, "linear_weight"), ({"meta": "ab"}, "meta"),

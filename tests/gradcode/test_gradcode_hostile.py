@@ -112,6 +112,20 @@ def test_a_least_squares_code_past_its_size_is_refused_before_it_is_built(args, 
     assert not out.exists()
 
 
+def test_place_refuses_a_code_whose_json_exceeds_the_memory_cap_before_building_it(tmp_path):
+    """The code's JSON is dense n x k lists (about 83 bytes an entry): FR at n = 9,999 had died of
+    a MemoryError traceback at 3.7 GB under a cap of 3,000 MiB."""
+    out = tmp_path / "code.json"
+    proc = run_cli("gradcode", "place", "--scheme", "fr", "--n", 999, "--s", 2, "--out", out,
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "64"})
+    assert_input_error(proc, "--n", "the code's JSON (999 x 999 entries of support and B) needs about",
+                       "above the limit of 64 MiB")
+    assert not out.exists()
+    proc = run_cli("gradcode", "place", "--scheme", "fr", "--n", 99, "--s", 2, "--out", out,
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "64"})
+    assert proc.returncode == 0 and out.exists(), proc.stderr
+
+
 def test_a_least_squares_code_file_past_its_size_is_refused():
     from pipeplan.core.errors import InputError
     from pipeplan.formulations.gradcode.gradient_code import MAX_LSTSQ_N, code_from_dict

@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import has_control_characters, inside_folder, load_json
+from pipeplan.formulations.mapping.graph_limits import check_graph_size
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.formulations.mapping.profile import SCHEMA as PROFILE_SCHEMA
 from pipeplan.formulations.mapping.profile import Reader, load_profile, profile_from_dict
@@ -33,6 +34,8 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     units_raw = graph.get("units")
     if not isinstance(units_raw, list) or not units_raw:
         raise InputError(source, "graph.units", "expected a non-empty list")
+    edges_raw = graph.get("edges", [])
+    check_graph_size(len(units_raw), len(edges_raw) if isinstance(edges_raw, list) else 0, source)   # before parsing
     r = Reader(source)
     units = []
     for i, u in enumerate(units_raw):
@@ -49,7 +52,6 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
         size = {k: r.number(u.get(k, 0.0), f"graph.units[{i}].{k}") for k in ("flops", "param_bytes", "out_bytes")}
         units.append(Unit(name=u["name"], op=str(u.get("op", "block")), members=tuple(members), **size))
     edges = []
-    edges_raw = graph.get("edges", [])
     if not isinstance(edges_raw, list):
         raise InputError(source, "graph.edges", "expected a list of {src, dst, bytes}")
     for i, e in enumerate(edges_raw):

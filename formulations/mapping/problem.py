@@ -18,6 +18,7 @@ from typing import Any
 import networkx as nx
 
 from pipeplan.core.errors import InputError
+from pipeplan.formulations.mapping.graph_limits import check_graph_size
 from pipeplan.formulations.mapping.profile import Profile, Reader, check_magnitudes, check_transfer_bytes
 
 
@@ -67,6 +68,7 @@ class MappingProblem:
 
     def __post_init__(self):
         where = self.source or self.name
+        check_graph_size(len(self.units), len(self.edges), where)
         sizes = Reader(where)      # flop counts and byte sizes: finite numbers >= 0
         names = [u.name for u in self.units]
         seen: set[str] = set()

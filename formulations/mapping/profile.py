@@ -40,6 +40,7 @@ from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import finite_number, load_json
+from pipeplan.formulations.mapping.graph_limits import check_graph_size
 
 SCHEMA = "pipeplan.profile/1"
 POWER_MODELS = ("board", "per_pu")
@@ -383,6 +384,7 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
     units = r.get(doc, "units", "")
     if not isinstance(units, list) or not units or not all(isinstance(u, str) for u in units):
         raise r.fail("units", "expected a non-empty list of unit names")
+    check_graph_size(len(units), 0, r.source, "")     # before its tables are read
     if len(set(units)) != len(units):
         raise r.fail("units", "duplicate unit names")
 

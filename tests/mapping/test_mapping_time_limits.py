@@ -1,5 +1,6 @@
 """Time limits of the mapping solvers at any size: the synthetic instance generator, the shared
 deadline in every builder and heuristic, and the plans that come back when time runs out."""
+import json
 import math
 
 import networkx as nx
@@ -11,7 +12,10 @@ from pipeplan.core.errors import InputError
 from pipeplan.core.result import Quality, Termination
 from pipeplan.formulations.mapping.checker import violations
 from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.graph_limits import MAX_EDGES, MAX_UNITS
+from pipeplan.formulations.mapping.instance_io import INSTANCE_SCHEMA
 from pipeplan.formulations.mapping.plan import plan_from_dict
+from pipeplan.formulations.mapping.profile import load_profile
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.paths import PLATFORMS_DIR
 from pipeplan.instances.synthetic_mapping import synthetic_mapping
@@ -23,6 +27,7 @@ from pipeplan.solvers.mapping.milp_model import MappingMilp
 from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
 from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
+from tests.cli_helpers import ROOT, assert_input_error, run_cli
 from tests.helpers import tiny_problem
 
 LARGE = synthetic_mapping(2000)
@@ -58,6 +63,27 @@ def test_synthetic_instance_has_the_size_asked_and_is_seeded():
     with pytest.raises(InputError):
         synthetic_mapping(1)
 
+
+def test_a_graph_at_the_measured_size_is_taken_and_one_past_it_refused_before_it_is_parsed(tmp_path):
+    """Past MAX_UNITS the time limits no longer hold (100,000 units: cpsat under a 2 s limit
+    took 13 s), so an instance or profile that large is refused naming its field, before its
+    units are read: the cap is checked on the list's length, not after parsing it."""
+    assert len(synthetic_mapping(MAX_UNITS).units) == MAX_UNITS
+    with pytest.raises(InputError, match="graph.units"):
+        synthetic_mapping(MAX_UNITS + 1)
+    units = [{"name": f"u{i}", "flops": "not read"} for i in range(MAX_UNITS + 1)]
+    inst = tmp_path / "big.json"
+    inst.write_text(json.dumps({"schema": INSTANCE_SCHEMA, "graph": {"units": units}, "profile": "absent.json"}))
+    assert_input_error(run_cli("solve", inst, "--solver", "single"), f"{inst}: graph.units: 20,001 units, above")
+    chain = [{"src": "u0", "dst": "u1"}] * (MAX_EDGES + 1)
+    inst.write_text(json.dumps({"schema": INSTANCE_SCHEMA, "graph": {"units": units[:2], "edges": chain}}))
+    assert_input_error(run_cli("solve", inst, "--solver", "single"), f"{inst}: graph.edges: 80,001 edges")
+    prof = tmp_path / "prof.json"
+    doc = json.loads((ROOT / "profiles" / "data" / "khadas-vim3" / "Alex.json").read_text())
+    doc.update(units=[f"u{i}" for i in range(MAX_UNITS + 1)], time_ms="not read")
+    prof.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"units: 20,001 units, above the 20,000"):
+        load_profile(prof)
 
 def test_synthetic_costs_are_the_roofline_estimate():
     p = synthetic_mapping(80, seed=1)

@@ -9,6 +9,13 @@ import traceback
 from pathlib import Path
 
 
+def single_line(text: str) -> str:
+    """``text`` on one line: every line break Python's ``splitlines`` knows (``\\r``, ``\\v``,
+    U+2028, ...), not only ``\\n``, becomes a space (a DVFS level named ``"max\\rX"`` had split
+    the one-line error in two)."""
+    return " ".join(text.splitlines())
+
+
 class InputError(ValueError):
     """Bad user input: a file, a field in it, and what is wrong."""
 
@@ -20,7 +27,7 @@ class InputError(ValueError):
 
     def one_line(self) -> str:
         where = f"{self.source}: {self.field}" if self.field else self.source
-        return f"{where}: {self.message}".replace("\n", " ")
+        return single_line(f"{where}: {self.message}")
 
 
 class SolverFailure(RuntimeError):
@@ -33,7 +40,7 @@ class SolverFailure(RuntimeError):
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
-        return f"{self.what}: {self.message}".replace("\n", " ")
+        return single_line(f"{self.what}: {self.message}")
 
 
 def crash_message(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ from pipeplan.app.cli.multi import multi_app
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
 from pipeplan.core.deadline import MODEL_RUN_LIMIT_S, stop
-from pipeplan.core.errors import InputError, SolverFailure, Terminated
+from pipeplan.core.errors import InputError, SolverFailure, Terminated, single_line
 from pipeplan.core.io import check_out_folder, check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS, SYSTEMS
@@ -705,7 +705,7 @@ def main(argv: list[str] | None = None) -> None:
                 if message:
                     typer.echo(message)
                 sys.exit(2)
-            typer.echo(f"error: {message}".replace("\n", " "), err=True)
+            typer.echo(single_line(f"error: {message}"), err=True)
             sys.exit(2)
         raise
 

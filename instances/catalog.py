@@ -41,13 +41,23 @@ def mapping_instance_names() -> list[str]:
     return measured_names() + operator_names()
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the file system cannot hold: pathlib raises
+    ENAMETOOLONG (a name over 255 bytes in a plan or multi-network instance had been an OSError
+    traceback)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 @lru_cache(maxsize=64)
 def load_mapping(name: str):
     """A MappingProblem from a catalogue name or an instance file path."""
     from pipeplan.formulations.mapping.instance_io import load_problem_file
 
     path = Path(name)
-    if path.suffix == ".json" and path.exists():
+    if path.suffix == ".json" and _exists(path):
         return load_problem_file(path, trusted=path.resolve().is_relative_to(INSTANCES_DIR.resolve()))
     if path.suffix == ".onnx":
         raise InputError(name, "instance", f"an ONNX model needs a profile first: `pipeplan instance {name} "
@@ -61,7 +71,7 @@ def load_mapping(name: str):
         from pipeplan.instances.operator_level import DEFAULT_GRANULARITY, check_granularity
         base, at, granularity = name.partition("@")
         platform, _, model = base.partition("/")
-        if (PLATFORMS_DIR / f"{platform}.json").exists():
+        if _exists(PLATFORMS_DIR / f"{platform}.json"):
             from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS
             from pipeplan.instances.operator_level import operator_instance
             if model in LIGHT_MODELS:

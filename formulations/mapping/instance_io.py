@@ -62,7 +62,11 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     if isinstance(prof, str):
         folder = base or Path(".")
         path = folder / prof if trusted else inside_folder(folder, prof, source, "profile")
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError:     # a name too long for the file system (ENAMETOOLONG): had been a traceback
+            found = False
+        if not found:
             raise InputError(source, "profile", f"no profile file {str(path)!r}")
         profile = load_profile(path)
     else:

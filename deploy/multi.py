@@ -61,6 +61,7 @@ from pipeplan.profiles.ort_guard import RunGuard, reserve_outside_arena
 JOINT_FILE = "joint.json"
 JOINT_SCHEMA = "pipeplan.multi-export/1"
 JOINT_RATES = ("fair_fps", "total_fps", "sustained_fps")
+FOLDER_NAME_MAX = 120     # characters of a network's name kept in its folder's name (file systems hold 255 bytes)
 
 
 # ------------------------------------------------------------------------------------ export
@@ -136,10 +137,12 @@ def _instance_of(problem: MultiProblem, net: Network) -> str:
 
 def _folder_names(names: list[str]) -> dict[str, str]:
     """network -> its sub-folder: the name itself when it is a plain file name, else the name
-    with other characters as '_' (numbered when that collides), never hidden nor joint.json."""
+    with other characters as '_' (numbered when that collides), never hidden nor joint.json, and
+    at most ``FOLDER_NAME_MAX`` characters of it (a 300-character name had been an OSError
+    traceback, File name too long)."""
     out: dict[str, str] = {}
     for name in names:
-        base = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:FOLDER_NAME_MAX]
         if base.startswith(".") or base == JOINT_FILE:
             base = "_" + base
         folder, k = base, 2

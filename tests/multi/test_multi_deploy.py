@@ -266,3 +266,15 @@ def test_an_instance_file_network_exports_with_its_named_model(tmp_path):
     proc = run_cli("multi", "export", tmp_path / "pair.json", "--plan", plan, "--out", tmp_path / "out2")
     assert_input_error(proc, "pair.json", "networks[0].model", "not a file inside")
     assert not (tmp_path / "out2").exists()
+
+
+def test_a_long_network_name_makes_a_short_folder_name():
+    """A network's folder keeps at most FOLDER_NAME_MAX characters of its name (numbered when two
+    cut names collide): a 300-character name had been an OSError traceback (File name too long)
+    from `multi export`."""
+    names = ["s" * 300, "s" * 300 + "x", "a/b"]
+    folders = multi._folder_names(names)
+    assert folders["a/b"] == "a_b"
+    assert folders["s" * 300] == "s" * multi.FOLDER_NAME_MAX
+    assert folders["s" * 300 + "x"] == "s" * multi.FOLDER_NAME_MAX + "-2"
+    assert all(len(f".plan-{f}.json".encode()) <= 255 for f in folders.values())

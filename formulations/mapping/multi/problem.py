@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import finite_number
+from pipeplan.core.io import finite_number, has_control_characters
 from pipeplan.formulations.mapping.problem import MappingProblem
 
 T = TypeVar("T")
@@ -211,8 +211,9 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
         if not isinstance(inst, str) or not inst:
             raise InputError(source, f"{fld}.instance", "expected an instance name or file")
         name = d.get("name", inst.rsplit("/", 1)[-1].removesuffix(".json"))
-        if not isinstance(name, str):
-            raise InputError(source, f"{fld}.name", "expected a string")
+        if not isinstance(name, str) or has_control_characters(name):
+            # an ESC or a newline had been printed raw in multi export's and run's lines
+            raise InputError(source, f"{fld}.name", "expected a string without control characters")
         model = d.get("model", "")
         if not isinstance(model, str):
             raise InputError(source, f"{fld}.model", "expected a model of the onnx wheel or an ONNX file name")
@@ -222,6 +223,6 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
                                 reference_fps=d.get("reference_fps"), instance=inst, model=model))
     sharing = doc.get("sharing", "time_shared")
     name = doc.get("name", "")
-    if not isinstance(name, str) or not name:
-        raise InputError(source, "name", "expected a non-empty string")
+    if not isinstance(name, str) or not name or has_control_characters(name):
+        raise InputError(source, "name", "expected a non-empty string without control characters")
     return MultiProblem(name=name, networks=tuple(networks), sharing=sharing, source=source)

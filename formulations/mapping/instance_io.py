@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import has_control_characters, inside_folder, load_json
 from pipeplan.formulations.mapping.graph_limits import check_graph_size
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
@@ -54,9 +54,15 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     edges = []
     if not isinstance(edges_raw, list):
         raise InputError(source, "graph.edges", "expected a list of {src, dst, bytes}")
+    seen: dict[tuple[str, str], int] = {}
     for i, e in enumerate(edges_raw):
         if not isinstance(e, dict) or not isinstance(e.get("src"), str) or not isinstance(e.get("dst"), str):
             raise InputError(source, f"graph.edges[{i}]", "expected {src, dst, bytes}")
+        # a second entry had silently replaced the first's bytes in the evaluator (the solvers kept both)
+        first = seen.setdefault((e["src"], e["dst"]), i)
+        if first != i:
+            raise InputError(source, f"graph.edges[{i}]", f"edge {brief_value(e['src'])} -> {brief_value(e['dst'])} "
+                                                          f"is listed twice (also graph.edges[{first}])")
         edges.append(Edge(e["src"], e["dst"], r.number(e.get("bytes"), f"graph.edges[{i}].bytes", allow_none=True)))
     prof = doc.get("profile")
     if isinstance(prof, str):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import multiprocessing as mp
 import os
 import re
@@ -169,8 +168,11 @@ def _check_group(g, source: str, where: str) -> None:
                 raise InputError(source, f"{where}.{key}[{j}]", f"expected {article} {what} pattern (text), got "
                                                                 f"{_shown(x)}")
     limit = g.get("time_limit", 30.0)
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf:
-        raise InputError(source, f"{where}.time_limit", f"expected a positive number, got {_shown(limit)}")
+    # at most what a record may hold: 1e300 had been run and recorded, and the bench's own report
+    # then refused its runs.jsonl (exit 2 with the folder written)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit <= MAX_RECORD_MAGNITUDE:
+        raise InputError(source, f"{where}.time_limit", f"expected a positive number of seconds, at most "
+                                                        f"{MAX_RECORD_MAGNITUDE:g}, got {_shown(limit)}")
     seeds = g.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds:
         raise InputError(source, f"{where}.seeds", f"expected a non-empty list of integers, got {_shown(seeds)}")
@@ -205,6 +207,9 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
     two groups both select (overlapping patterns) is refused: it would run twice."""
     from pipeplan.core.registry import get_solver, solvers
 
+    if time_limit is not None and not time_limit <= MAX_RECORD_MAGNITUDE:     # as a suite's time_limit
+        raise InputError("--time-limit", "", f"must be at most {MAX_RECORD_MAGNITUDE:g} s (what a record may hold), "
+                                             f"got {time_limit!r}")
     runs: list[Run] = []
     planned: dict[str, str] = {}   # run key -> the group that selected it
     count = 0                      # runs planned by the groups so far

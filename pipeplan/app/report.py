@@ -22,7 +22,7 @@ from pathlib import Path
 from pipeplan.app.bench import RECORDS, read_records
 from pipeplan.app.figures import pareto_plot
 from pipeplan.app.stored_optima import SNAPSHOT, read_optima, references
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, single_line
 from pipeplan.core.io import inside_folder, load_json, staged_folder, write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 
@@ -478,8 +478,9 @@ def write_report(results_dir: Path) -> str:
         errors = [r for r in records if r["termination"] == "error" or str(r.get("message", "")).startswith("killed")]
         if errors:
             lines += ["## Runs that failed or were stopped", ""]
+            # one line each: a record's message "boom\n\n# Heading" had added a heading to the report
             lines += [f"- {r['system']} {r['instance']} {r['solver']} seed {r['seed']}: {r['termination']}: "
-                      f"{r.get('message') or '(no message)'}" for r in errors]
+                      f"{single_line(r.get('message') or '') or '(no message)'}" for r in errors]
         md = "\n".join(lines) + "\n"
         write_atomic(stage / "summary.csv", summary_csv(records))
         write_atomic(stage / "report.md", md)

@@ -125,6 +125,16 @@ def test_a_failed_run_without_a_message_is_listed(tmp_path):
     assert "khadas-vim3/Alex single seed 0: error: (no message)" in md
 
 
+def test_a_failed_run_s_message_is_one_line_of_the_report(tmp_path):
+    """A message from someone else's folder stays on its run's line: "boom\n\n# Injected" had
+    added a heading (and could add any section) to report.md."""
+    out = folder(tmp_path, rec(), {**rec(solver="cpsat"), "termination": "error", "quality": "none",
+                                   "objectives": {}, "message": "boom\n\n# Injected\r\n| x |"})
+    md = write_report(out)
+    assert "khadas-vim3/Alex cpsat seed 0: error: boom  # Injected | x |" in md
+    assert not any(line.startswith("# Injected") for line in md.splitlines())
+
+
 def test_the_gradcode_chart_is_capped_and_the_report_says_so(tmp_path, monkeypatch):
     """One bar group per instance: 10,000 instances had taken 70 s and 2.7 GB in matplotlib. The
     first MAX_BAR_GROUPS in the table's order are drawn; the table keeps every instance."""

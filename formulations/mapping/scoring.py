@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import load_json, read_csv
 from pipeplan.core.sizes import check_memory
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
@@ -51,6 +51,10 @@ def evaluate_batch(problem: MappingProblem, path: Path) -> list[dict]:
     header = [h.strip() for h in lines[0][1]]
     if "mapping" not in header:
         raise InputError(str(path), "mapping", "missing column (columns: mapping, mode, freq)")
+    # a column of another name (a typo, "mdoe") had been ignored: every row then took the default
+    unknown = next((h for h in header if h and h not in BATCH_COLUMNS), None)
+    if unknown:
+        raise InputError(str(path), brief_value(unknown), "unknown column (columns: mapping, mode, freq)")
     repeated = next((h for h in header if h and header.count(h) > 1), None)
     if repeated:
         raise InputError(str(path), repeated, "column named twice in the header")

@@ -55,6 +55,10 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise InputError(str(path), "header", f"missing column(s) {', '.join(missing)}")
+    # as evaluate --batch: a second response_tokens column had silently replaced the first
+    twice = next((c for c in (*REQUIRED, "prompt_tokens") if header.count(c) > 1), None)
+    if twice:
+        raise InputError(str(path), "header", f"column {twice} named twice")
     return [(n, dict(zip(header, row))) for n, row in lines[1:]]
 
 

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
+from pipeplan.core.io import has_control_characters
 from pipeplan.core.sizes import check_memory
 
 PROBLEM_SCHEMA = "pipeplan.rollout/1"
@@ -401,7 +402,10 @@ def problem_from_dict(doc: dict[str, Any], source: str) -> RolloutProblem:
     if not isinstance(responses, list) or not all(isinstance(r, list) for r in responses):
         raise InputError(source, "response_tokens", "expected a list of lists (one per group)")
     check_memory(f"{source}: response_tokens", sum(map(len, responses)), BYTES_PER_REQUEST)   # before the round is built
-    return RolloutProblem(name=str(doc.get("name") or source), source=source,
+    name = doc.get("name") or source
+    if not isinstance(name, str) or has_control_characters(name):   # as a mapping or gradcode problem's name
+        raise InputError(source, "name", f"expected text without control characters, got {brief_value(name)}")
+    return RolloutProblem(name=name, source=source,
                           prompt_tokens=int_list("prompt_tokens", doc.get("prompt_tokens")),
                           response_tokens=tuple(tuple(r) for r in responses),
                           engine=part("engine", EngineModel), trainer=part("trainer", TrainerModel),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import finite_number, has_control_characters
+from pipeplan.core.io import check_fields, finite_number, has_control_characters
 from pipeplan.formulations.gradcode.straggler import MAX_SECONDS, StragglerModel, model_from_dict
 
 SCHEMA = "pipeplan.gradcode-problem/1"
@@ -28,6 +28,8 @@ SCHEMA = "pipeplan.gradcode-problem/1"
 # allocating terabytes.
 MAX_SIZE = 10_000
 TIMING_FIELDS = ("link_mb_per_s", "gradient_mb", "decode_s_per_reply")
+PROBLEM_FIELDS = ("schema", "name", "n", "s", "k", "speeds", "straggle_prob", "capacity", "straggler",
+                  "partition_time_s", "pipelined", "carry_over", *TIMING_FIELDS)
 # Ranges of the other time and rate fields (``straggler.MAX_SECONDS`` bounds every time term):
 # worker speeds relative to speed 1, a gradient's size (MB), a link's bandwidth (MB/s: 0 is a
 # free link, else at least a byte per second; a reply's transfer, gradient_mb / link_mb_per_s,
@@ -150,6 +152,7 @@ def problem_from_dict(d: dict, source: str = "problem") -> GradCodeProblem:
         raise InputError(source, "", "expected a JSON object")
     if d.get("schema", SCHEMA) != SCHEMA:
         raise InputError(source, "schema", f"expected {SCHEMA}, got {d.get('schema')!r}")
+    check_fields(d, PROBLEM_FIELDS, source)
     try:
         n, s = d["n"], d["s"]
     except KeyError as exc:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import has_control_characters, inside_folder, load_json
+from pipeplan.core.io import check_fields, has_control_characters, inside_folder, load_json
 from pipeplan.formulations.mapping.graph_limits import check_graph_size
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.formulations.mapping.profile import SCHEMA as PROFILE_SCHEMA
 from pipeplan.formulations.mapping.profile import Reader, load_profile, profile_from_dict
 
 INSTANCE_SCHEMA = "pipeplan.mapping-instance/1"
+UNIT_FIELDS = ("name", "op", "flops", "param_bytes", "out_bytes", "members")    # what Unit.to_dict writes
 
 
 def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, trusted: bool = False) -> MappingProblem:
@@ -28,9 +29,11 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
                                            f"--profile {source} --out my.json`")
     if doc.get("schema") != INSTANCE_SCHEMA:
         raise InputError(source, "schema", f"unsupported schema {doc.get('schema')!r} (expected {INSTANCE_SCHEMA!r})")
+    check_fields(doc, ("schema", "name", "source", "graph", "profile"), source)   # what to_dict writes
     graph = doc.get("graph")
     if not isinstance(graph, dict):
         raise InputError(source, "graph", "missing or not an object")
+    check_fields(graph, ("units", "edges"), source, "graph")
     units_raw = graph.get("units")
     if not isinstance(units_raw, list) or not units_raw:
         raise InputError(source, "graph.units", "expected a non-empty list")
@@ -41,6 +44,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     for i, u in enumerate(units_raw):
         if not isinstance(u, dict) or not isinstance(u.get("name"), str):
             raise InputError(source, f"graph.units[{i}].name", "missing unit name")
+        check_fields(u, UNIT_FIELDS, source, f"graph.units[{i}]")
         members = u.get("members", [])
         if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
             raise InputError(source, f"graph.units[{i}].members", "expected a list of ONNX node names")
@@ -58,6 +62,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     for i, e in enumerate(edges_raw):
         if not isinstance(e, dict) or not isinstance(e.get("src"), str) or not isinstance(e.get("dst"), str):
             raise InputError(source, f"graph.edges[{i}]", "expected {src, dst, bytes}")
+        check_fields(e, ("src", "dst", "bytes"), source, f"graph.edges[{i}]")
         # a second entry had silently replaced the first's bytes in the evaluator (the solvers kept both)
         first = seen.setdefault((e["src"], e["dst"]), i)
         if first != i:

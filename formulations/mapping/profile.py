@@ -39,10 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import finite_number, load_json
+from pipeplan.core.io import check_fields, finite_number, load_json
 from pipeplan.formulations.mapping.graph_limits import check_graph_size
 
 SCHEMA = "pipeplan.profile/1"
+PROFILE_FIELDS = ("schema", "name", "source", "notes", "power_model", "host_pu", "pus", "units", "time_ms",
+                  "power_mw", "input_stage", "output_stage", "transfers", "static_power_mw",
+                  "concurrent_power_share", "reentry", "whole_graph")
 POWER_MODELS = ("board", "per_pu")
 
 
@@ -364,6 +367,7 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
     schema = r.get(doc, "schema", "")
     if schema != SCHEMA:
         raise r.fail("schema", f"unsupported schema {schema!r} (expected {SCHEMA!r})")
+    check_fields(doc, PROFILE_FIELDS, r.source)
     power_model = doc.get("power_model", "board")
     if power_model not in POWER_MODELS:
         raise r.fail("power_model", f"must be one of {', '.join(POWER_MODELS)}, got {power_model!r}")

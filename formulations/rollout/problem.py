@@ -13,10 +13,12 @@ from functools import cached_property
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import has_control_characters
+from pipeplan.core.io import check_fields, has_control_characters
 from pipeplan.core.sizes import check_memory
 
 PROBLEM_SCHEMA = "pipeplan.rollout/1"
+PROBLEM_FIELDS = ("schema", "name", "source", "engine", "trainer", "prompt_tokens", "response_tokens", "arrival",
+                  "max_response_tokens", "rounds", "meta")     # what ``RolloutProblem.to_dict`` writes
 KV_MODES = ("reserve", "on_demand")
 RETRACT_RULES = ("sglang", "vllm")
 RESUME_MODES = ("recompute", "swap")
@@ -379,6 +381,7 @@ def problem_from_dict(doc: dict[str, Any], source: str) -> RolloutProblem:
     """The inverse of ``RolloutProblem.to_dict``; every bad field raises InputError."""
     if not isinstance(doc, dict) or doc.get("schema") != PROBLEM_SCHEMA:
         raise InputError(source, "schema", f"expected {PROBLEM_SCHEMA!r}")
+    check_fields(doc, PROBLEM_FIELDS, source)
 
     def part(key, cls):
         d = doc.get(key)

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.sizes import bytes_from_env
 
 DEFAULT_MAX_INPUT_MB = 512
@@ -205,6 +205,16 @@ def finite_number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     except OverflowError:                  # an integer beyond float range
         return False
+
+
+def check_fields(doc: dict, known, source: str, where: str = "") -> None:
+    """Refuse a key of the JSON object ``doc`` (at field ``where``) that is not in ``known``: a
+    misspelt optional field (``"round": 3`` for ``"rounds"``) had silently taken its default."""
+    unknown = next((key for key in doc if key not in known), None)
+    if unknown is not None:
+        shown = unknown if len(unknown) <= 40 and not has_control_characters(unknown) else brief_value(unknown)
+        raise InputError(source, f"{where}.{shown}" if where else shown,
+                         f"unknown field (known: {', '.join(sorted(known))})")
 
 
 def has_control_characters(text: str) -> bool:

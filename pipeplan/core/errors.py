@@ -16,8 +16,18 @@ def single_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
+MAX_FIELD_CHARS = 200       # of an error's field: a field may hold a key of the user's file
+MAX_MESSAGE_CHARS = 600     # of its message: the longest the project's own messages reach is about 400
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 class InputError(ValueError):
-    """Bad user input: a file, a field in it, and what is wrong."""
+    """Bad user input: a file, a field in it, and what is wrong. Its line is cut to a readable
+    length whatever it quotes: a 20,000-character DVFS level or schema had made 20 KB lines."""
 
     def __init__(self, source: str, field: str, message: str):
         self.source = str(source)
@@ -26,8 +36,9 @@ class InputError(ValueError):
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
-        where = f"{self.source}: {self.field}" if self.field else self.source
-        return single_line(f"{where}: {self.message}")
+        field = cut_text(self.field, MAX_FIELD_CHARS)
+        where = f"{self.source}: {field}" if field else self.source
+        return single_line(f"{where}: {cut_text(self.message, MAX_MESSAGE_CHARS)}")
 
 
 class SolverFailure(RuntimeError):

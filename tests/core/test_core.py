@@ -143,3 +143,18 @@ def test_staged_folder_new_out_appears_by_one_rename(tmp_path, monkeypatch):
     assert sorted(p.name for p in out.iterdir()) == ["a.csv"]
     assert out.stat().st_mode & 0o777 == 0o777 & ~mask
     assert [p.name for p in (tmp_path / "deep").iterdir()] == ["results"]
+
+
+def test_an_error_quoting_a_huge_value_stays_a_readable_line(tmp_path):
+    """A file's 20,000-character schema or DVFS level had been quoted whole: 20 KB error lines.
+    The field and the message are cut, saying how long they were; the file is named in full."""
+    from pipeplan.formulations.mapping.profile import profile_from_dict
+
+    with pytest.raises(InputError) as err:
+        profile_from_dict({"schema": "s" * 20_000}, "my/profile.json")
+    line = err.value.one_line()
+    assert line.startswith("my/profile.json: schema: unsupported schema 'sss") and len(line) < 800
+    assert line.endswith("characters)") and "20,0" in line
+    long_field = InputError("f.json", "time_ms.A." + "L" * 20_000, "unknown level")
+    assert len(long_field.one_line()) < 400 and long_field.one_line().endswith(": unknown level")
+    assert InputError("f.json", "x", "short").one_line() == "f.json: x: short"

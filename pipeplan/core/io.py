@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.sizes import bytes_from_env
+from pipeplan.core.sizes import bytes_from_env, check_bytes
 
 DEFAULT_MAX_INPUT_MB = 512
 # (device, inode, mtime) of every file read by this process: the mtime keeps an inode that the
@@ -116,12 +116,19 @@ def load_text(path: str | Path, *, what: str = "file") -> str:
         raise InputError(str(path), "", f"not a UTF-8 text file (byte {exc.start})") from None
 
 
+# Python objects per character of JSON, at most: a list of empty objects or lists, or of
+# {"a":1}, takes 21-24 bytes per character once parsed (tracemalloc, CPython 3.11); numbers and
+# text take 3-8. A file under the input size cap could otherwise parse past the memory cap.
+JSON_BYTES_PER_CHAR = 25
+
+
 def load_json(path: str | Path) -> Any:
     """Read a JSON file, turning I/O, size, nesting and syntax problems into :class:`InputError`."""
     path = Path(path)
     text = load_text(path, what="JSON file")
     if not text.strip():
         raise InputError(str(path), "", "empty file")
+    check_bytes(str(path), "", f"its {len(text):,} characters of JSON", len(text) * JSON_BYTES_PER_CHAR)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -299,3 +299,19 @@ def test_a_failed_write_leaves_no_folder_it_made(tmp_path, monkeypatch, fault):
     with pytest.raises(InputError if isinstance(fault, OSError) else KeyboardInterrupt):
         write_atomic(tmp_path / "kept" / "new" / "deeper" / "file.txt", "x")
     assert [p.name for p in tmp_path.rglob("*")] == ["kept"]
+
+
+def test_a_json_file_that_would_parse_past_the_memory_cap_is_refused_unparsed(tmp_path, monkeypatch):
+    """Parsed, a list of empty objects takes about 24 bytes per character: under the input size
+    cap such a file could have parsed past the memory cap. The same file loads under a cap that
+    holds it."""
+    from pipeplan.core.io import JSON_BYTES_PER_CHAR, load_json
+
+    path = tmp_path / "plan.json"
+    path.write_text("[" + ",".join(["{}"] * 200_000) + "]")           # 600 KB
+    monkeypatch.setenv("PIPEPLAN_MAX_MEMORY_MB", "10")
+    with pytest.raises(InputError, match=r"600,001 characters of JSON needs about 14.3 MiB of memory, above"):
+        load_json(path)
+    assert 600_001 * JSON_BYTES_PER_CHAR < 20 << 20
+    monkeypatch.setenv("PIPEPLAN_MAX_MEMORY_MB", "20")
+    assert len(load_json(path)) == 200_000

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeplan.core.errors import InputError
+from pipeplan.formulations.mapping.multi.problem import MAX_NETWORKS
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
 
 MULTI_PLAN_SCHEMA = "pipeplan.multi-plan/1"
@@ -43,6 +44,8 @@ def joint_plan_from_dict(d: Any, source: str = "<plan>") -> JointPlan:
     raw = d.get("plans")
     if not isinstance(raw, dict) or not raw:
         raise InputError(source, "plans", "expected an object network -> plan")
+    if len(raw) > MAX_NETWORKS:       # before any plan is read, as an instance's networks
+        raise InputError(source, "plans", f"{len(raw):,} networks, at most {MAX_NETWORKS}")
     plans = {}
     for name, p in raw.items():
         plans[name] = plan_from_dict(p, f"{source}: plans.{name}")

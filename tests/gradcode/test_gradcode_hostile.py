@@ -126,6 +126,18 @@ def test_place_refuses_a_code_whose_json_exceeds_the_memory_cap_before_building_
     assert proc.returncode == 0 and out.exists(), proc.stderr
 
 
+def test_place_refuses_a_code_file_larger_than_pipeplan_reads_back(tmp_path):
+    """About 8 bytes an entry once written: FR at n = 10,000 (800 MB) had spent minutes and 5.9 GB
+    writing a file that no pipeplan command could read again; the same code fits a larger input cap."""
+    out = tmp_path / "code.json"
+    proc = run_cli("gradcode", "place", "--scheme", "fr", "--n", 999, "--s", 2, "--out", out,
+                   env={"PIPEPLAN_MAX_INPUT_MB": "4"})
+    assert_input_error(proc, "--n", "the code's JSON would hold about 7.61 MiB, above the 4 MiB pipeplan reads back")
+    assert not out.exists()
+    proc = run_cli("gradcode", "place", "--scheme", "fr", "--n", 999, "--s", 2, "--out", out,
+                   env={"PIPEPLAN_MAX_INPUT_MB": "8"})
+    assert proc.returncode == 0 and out.stat().st_size < 8 << 20, proc.stderr
+
 def test_a_least_squares_code_file_past_its_size_is_refused():
     from pipeplan.core.errors import InputError
     from pipeplan.formulations.gradcode.gradient_code import MAX_LSTSQ_N, code_from_dict

@@ -14,8 +14,8 @@ from pipeplan.app.cli.common import command_text, listed, name_list
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import staged_folder
-from pipeplan.core.sizes import check_bytes, check_memory
+from pipeplan.core.io import max_input_bytes, staged_folder
+from pipeplan.core.sizes import check_bytes, check_memory, human_bytes
 from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -31,6 +31,7 @@ TRAIN_BYTES_PER_STEP = 256
 # place: the code's JSON holds support and B as dense n x k lists (Python lists of ints and
 # floats, then their text; measured 83 bytes per entry at n = 6,000, 2.9 GB peak)
 PLACE_BYTES_PER_ENTRY = 88
+PLACE_TEXT_BYTES_PER_ENTRY = 8      # of the written file: 7.99 MB for FR and 8.04 MB for CR at n = 1,000
 TRAIN_VERIFY_S = 10.0      # the verification of a --code file before training
 RAY_TIME_SCALE = 0.02      # train --backend ray: real seconds per virtual second
 # gradcode study's --steps per training run: a step takes about 1 ms (softmax) to 8 ms (mlp) on
@@ -180,9 +181,13 @@ def place_cmd(scheme: str = typer.Option(..., "--scheme", help=SCHEME_HELP), n: 
     from pipeplan.core.io import write_json
     check_limits(time_limit, seed=seed)
     problem = _problem(instance, n, s, pipelined=pipelined)
-    check_bytes("--n" if n is not None else problem.name, "" if n is not None else "n",
-                f"the code's JSON ({problem.n:,} x {problem.k:,} entries of support and B)",
+    source, field = ("--n", "") if n is not None else (problem.name, "n")
+    check_bytes(source, field, f"the code's JSON ({problem.n:,} x {problem.k:,} entries of support and B)",
                 problem.n * problem.k * PLACE_BYTES_PER_ENTRY)
+    text = problem.n * problem.k * PLACE_TEXT_BYTES_PER_ENTRY
+    if text > max_input_bytes():      # FR at n = 10,000 had spent minutes and 5.9 GB writing 800 MB
+        raise InputError(source, field, f"the code's JSON would hold about {human_bytes(text)}, above the "
+                                        f"{human_bytes(max_input_bytes())} pipeplan reads back (PIPEPLAN_MAX_INPUT_MB)")
     code, result = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend=backend,
                               objective=objective, time_limit=time_limit)
     doc = code.to_dict()

@@ -378,6 +378,10 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
         levels = r.get(spec, "levels", f"pus.{name}")
         if not isinstance(levels, list) or not levels or not all(isinstance(x, str) for x in levels):
             raise r.fail(f"pus.{name}.levels", "expected a non-empty list of level names")
+        seen: set[str] = set()
+        twice = next((lv for lv in levels if lv in seen or seen.add(lv)), None)
+        if twice is not None:      # had been accepted: which of the two a plan's level meant was arbitrary
+            raise r.fail(f"pus.{name}.levels", f"level {brief_value(twice)} listed twice")
         pus[name] = PU(name=name, kind=r.string(spec.get("kind", "cpu"), f"pus.{name}.kind"),
                        levels=tuple(levels),
                        idle_power_mw=r.number(spec.get("idle_power_mw", 0.0), f"pus.{name}.idle_power_mw"),

@@ -15,7 +15,7 @@ import json
 import unicodedata
 from pathlib import Path
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import load_json, load_text, parse_csv, parse_number, too_many_digits
 from pipeplan.core.sizes import check_memory
 from pipeplan.formulations.rollout.problem import BYTES_PER_REQUEST, MAX_COUNT, RolloutProblem, problem_from_dict
@@ -66,6 +66,8 @@ def _count(path: Path, n: int, row: dict, key: str, *, positive: bool = False) -
     value = row.get(key)
     if value is None or (isinstance(value, str) and not value.strip()):
         raise InputError(str(path), f"line {n}: {key}", "missing")
+    if _typed(path) and isinstance(value, str):     # JSON numbers in JSON, as every JSON format: "3" had been 3
+        raise InputError(str(path), f"line {n}: {key}", f"expected a JSON number, got text {brief_value(value)}")
     number = parse_number(value, str(path), f"line {n}: {key}", integer=True)
     if number < (1 if positive else 0):
         raise InputError(str(path), f"line {n}: {key}",
@@ -91,6 +93,27 @@ def sample_order(sid: str) -> tuple:
     return (0, 1, len(digits), digits)
 
 
+def _typed(path: Path) -> bool:
+    """A JSONL trace, whose values carry JSON types (a CSV's are all text)."""
+    return path.suffix == ".jsonl"
+
+
+def _id(path: Path, n: int, row: dict, key: str, kinds: dict | None = None) -> str:
+    """A prompt or sample id as text. In JSONL an id is text or a whole number, and a prompt id
+    (``kinds``: the type each was first written with) is not both: ``1`` and ``"1"``, or ``null``
+    and ``"None"``, had been merged into one prompt. (A sample written both ways appears twice.)"""
+    value = row[key]
+    if not _typed(path):
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputError(str(path), f"line {n}: {key}", f"expected text or a whole number, got {brief_value(value)}")
+    text = str(value)
+    if kinds is not None and kinds.setdefault(text, type(value)) is not type(value):
+        raise InputError(str(path), f"line {n}: {key}", f"{brief_value(value)} is also written as "
+                                                        f"{'text' if isinstance(value, int) else 'a number'} elsewhere")
+    return text
+
+
 def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=None, jitter_groups: float = 0.0,
                seed: int = 0) -> RolloutProblem:
     """A round from a trace; ``R`` keeps the first R prompts."""
@@ -98,11 +121,13 @@ def load_trace(path: str | Path, *, R: int | None = None, engine=None, trainer=N
     if R is not None:
         check_groups(str(path), R)
     groups: dict[str, dict] = {}
+    pid_kinds: dict[str, type] = {}
     for n, row in _rows(path):
         for key in REQUIRED:
             if key not in row:
                 raise InputError(str(path), f"line {n}: {key}", "missing")
-        pid, sid = str(row["prompt_id"]), str(row["sample_id"])
+        pid = _id(path, n, row, "prompt_id", pid_kinds)
+        sid = _id(path, n, row, "sample_id")
         g = groups.setdefault(pid, {"samples": {}, "prompt": None})
         if sid in g["samples"]:
             raise InputError(str(path), f"line {n}", f"prompt {pid!r} sample {sid!r} appears twice")

@@ -240,12 +240,19 @@ def name_number(digits: str, most: int, source: str, field: str) -> int:
     return int(digits)
 
 
+# A number written as text: ASCII decimal, as CSV writers and JSON write it (float() also takes
+# "1_0" as 10 and full-width or Arabic-Indic digits); inf and nan are read, then refused as such.
+NUMBER_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity|nan)", re.ASCII | re.IGNORECASE)
+
+
 def parse_number(value: Any, source: str, field: str, *, integer: bool = False) -> float | int:
     """A finite number from a CSV cell or JSON value; NaN, infinities, overflowing and
     non-numeric text are one-line errors naming ``field`` (for CSV: ``line N: column``)."""
     if isinstance(value, bool) or value is None:
         raise InputError(source, field, f"not a number: {value!r}")
     text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, str) and not NUMBER_TEXT.fullmatch(text):
+        raise InputError(source, field, f"not a number: {brief_value(value)}")
     try:
         number = float(text)
     except (TypeError, ValueError, OverflowError):

@@ -433,7 +433,8 @@ def make_folders(folder: Path) -> list[Path]:
 
 
 def remove_folders(created: list[Path]) -> None:
-    """Remove folders this commit created, innermost first, only while they are empty."""
+    """Remove the folders ``created`` (as :func:`make_folders` returns them), innermost first,
+    only while they are empty."""
     for f in reversed(created):
         try:
             f.rmdir()

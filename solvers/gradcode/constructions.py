@@ -9,6 +9,7 @@ from typing import Literal
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.registry import register
 from pipeplan.core.result import Termination
+from pipeplan.formulations.gradcode.gradient_code import check_lstsq_size
 from pipeplan.formulations.gradcode.placement import pipelined
 from pipeplan.solvers.gradcode.approximate import sparse_graph_code
 from pipeplan.solvers.gradcode.common import scored_result, search_deadline
@@ -34,6 +35,7 @@ def solve_fr(problem, *, time_limit=None):
 def solve_cr(problem, *, seed: int = 0, tries: int = 8, time_limit=None):
     search = search_deadline(time_limit, problem)
     _square(problem, "CR")
+    check_lstsq_size(problem.n, problem.name, "n", "cr")
     code, v = best_cyclic(problem.n, problem.s, seed=seed, tries=tries, deadline=search)
     return scored_result(problem, "cr", code, termination=_tries_termination(code), params={"tries": tries},
                          verification=v, stopped_by=_stopped_by(code))
@@ -52,6 +54,8 @@ def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: Literal["ls
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     _square(problem, "PGC-CR")
     params = {"tries": tries, "decoder": decoder}
+    if decoder == "lstsq":
+        check_lstsq_size(problem.n, problem.name, "n", "pgc-cr")
     if decoder != "lstsq":
         return scored_result(problem, "pgc-cr", pgc_cr(problem.n, problem.s, decoder=decoder), params=params,
                              deadline=clock)
@@ -66,6 +70,7 @@ def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: Literal["ls
 def solve_cyclic_mds(problem, *, time_limit=None):
     clock = Deadline(time_limit)
     _square(problem, "cyclic-MDS")
+    check_lstsq_size(problem.n, problem.name, "n", "cyclic-mds")
     return scored_result(problem, "cyclic-mds", cyclic_mds(problem.n, problem.s), deadline=clock)
 
 
@@ -77,6 +82,8 @@ def solve_approx(problem, *, degree: int | None = None, seed: int = 0,
     way the result is feasible with its decoding error in the message, never called exact."""
     clock = Deadline(time_limit)
     _square(problem, "approx")
+    if decoder == "lstsq":
+        check_lstsq_size(problem.n, problem.name, "n", "approx")
     code = sparse_graph_code(problem.n, problem.s, degree=degree, seed=seed, decoder=decoder)
     return scored_result(problem, "approx", code, params={"degree": code.meta["degree"], "decoder": decoder},
                          deadline=clock)

@@ -52,6 +52,7 @@ from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.formulations.gradcode.coverage_bound import coverage_step_times, load_limits, relaxed_bound, reply_times
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
+from pipeplan.formulations.gradcode.gradient_code import MAX_LSTSQ_N
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
 from pipeplan.solvers.gradcode import cpsat
 from pipeplan.solvers.gradcode.assignment import (
@@ -271,10 +272,13 @@ def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int
     # straggler-set solve of a dense 2,000-worker matrix), so past the clock one is built only
     # where no code is at hand or it is cheap (at most CHEAP_RANDOM_N workers)
     speed, first = speed_loads(problem), {}
-    if not search.expired() or not candidates or problem.n <= CHEAP_RANDOM_N:
+    random_ok = problem.n <= MAX_LSTSQ_N      # they decode by least squares, cubic in n
+    if not random_ok:
+        notes.append(f"random codes skipped: least squares above {MAX_LSTSQ_N:,} workers")
+    if random_ok and (not search.expired() or not candidates or problem.n <= CHEAP_RANDOM_N):
         first["hetero-aware"] = hetero_aware_code(problem, speed, seed=seed, tries=1, scheme="general",
                                                   deadline=search)
-    if not search.expired():
+    if random_ok and not search.expired():
         starts = [speed] + ([bound_loads] if bound_loads is not None else [])
         tuned = min((tune_loads(problem, start, scen, search) for start in starts),
                     key=lambda loads: count_rule_times(problem, loads, scen).mean())

@@ -32,7 +32,7 @@ from pipeplan.core.deadline import Deadline
 from pipeplan.core.registry import register
 from pipeplan.core.result import Termination
 from pipeplan.formulations.gradcode.coverage_bound import load_limits
-from pipeplan.formulations.gradcode.gradient_code import GradientCode
+from pipeplan.formulations.gradcode.gradient_code import GradientCode, check_lstsq_size
 from pipeplan.formulations.gradcode.placement import pipelined
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
 from pipeplan.formulations.gradcode.verifier import Verification
@@ -143,6 +143,7 @@ def hetero_aware_code(problem: GradCodeProblem, loads=None, *, seed: int = 0, tr
           description="heterogeneity-aware GC (Wang, Liu, Shroff 2019): loads by speed, cyclic filling, any n-s decode")
 def solve_hetero_aware(problem, *, seed: int = 0, tries: int = 8, time_limit=None):
     search = search_deadline(time_limit, problem)
+    check_lstsq_size(problem.n, problem.name, "n", "hetero-aware")
     code, v = hetero_aware_code(problem, seed=seed, tries=tries, deadline=search)
     cut = code.meta["tried"] < tries
     return scored_result(problem, "hetero-aware", code, termination=Termination.TIME_LIMIT if cut else Termination.COMPLETED,

@@ -285,3 +285,31 @@ def test_study_steps_are_refused_from_an_estimate_before_any_work(steps, env, ne
     proc = run_cli("gradcode", "study", "--quick", "--steps", steps, "--out", out, env=env)
     assert_input_error(proc, "--steps", needle)
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("solver, params", [("cr", {}), ("pgc-cr", {}), ("cyclic-mds", {}), ("approx", {}),
+                                            ("hetero-aware", {})])
+def test_registry_solvers_of_least_squares_codes_refuse_past_the_size_at_once(solver, params):
+    """What `gradcode place` refuses, `bench` and the Python API refuse too: the run ends at once
+    as an error naming the limit, where it had decoded for minutes past its time limit (bench
+    kills a run only at limit x 1.1 + 10 s)."""
+    import pipeplan
+    from pipeplan.core.result import Termination
+    from pipeplan.formulations.gradcode.problem import homogeneous_problem
+
+    r = pipeplan.solve(homogeneous_problem(2_100, 2), solver, time_limit=2, **params)
+    assert r.termination == Termination.ERROR and r.plan is None
+    assert "at most 2,048 workers, got n = 2,100" in r.message and r.wall_time_s < 1
+    fits = pipeplan.solve(homogeneous_problem(12, 2), solver, time_limit=2, **params)
+    assert fits.termination != Termination.ERROR and fits.plan is not None, fits.message
+
+
+def test_the_general_solver_leaves_out_the_random_codes_past_the_size():
+    import pipeplan
+    from pipeplan.formulations.gradcode.gradient_code import code_from_dict
+    from pipeplan.instances.synthetic_gradcode import synthetic_gradcode
+
+    problem = synthetic_gradcode(2_100, s=2)
+    r = pipeplan.solve(problem, "general", time_limit=3)
+    assert r.plan is not None and "random codes skipped: least squares above 2,048 workers" in r.message
+    assert code_from_dict(r.plan).decoder != "lstsq"

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import finite_number, has_control_characters
+from pipeplan.core.io import check_fields, finite_number, has_control_characters
 from pipeplan.formulations.gradcode.problem import MAX_SIZE
 
 SCHEMA = "pipeplan.gradcode-code/1"
@@ -140,6 +140,12 @@ def _matrix(d: dict, key: str, source: str, dtype) -> np.ndarray:
     return np.array(rows, dtype=dtype)
 
 
+# What ``GradientCode.to_dict`` writes, what a solver's result adds to it (solvers/gradcode/common.py)
+# and the solve summary `gradcode place` adds
+CODE_FIELDS = ("schema", "scheme", "n", "k", "s", "decoder", "pipelined", "support", "B", "groups", "wait", "stop",
+               "linear_weight", "schedule", "meta", "instance", "verification", "max_staleness", "solve")
+
+
 def code_from_dict(d: dict, source: str = "code") -> GradientCode:
     """Read a code (or a bare placement: ``support`` and ``s``; B defaults to the support's
     ones with the least-squares decoder). Shapes and types are checked here; the rules a code
@@ -150,6 +156,7 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
         d = d["plan"]
     if d.get("schema", SCHEMA) != SCHEMA:
         raise InputError(source, "schema", f"expected {SCHEMA}, got {d.get('schema')!r}")
+    check_fields(d, CODE_FIELDS, source)
     support_raw = _matrix(d, "support", source, float)
     if not np.isin(support_raw, (0, 1)).all():
         raise InputError(source, "support", "entries must be 0 or 1")

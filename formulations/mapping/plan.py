@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import check_fields
 from pipeplan.formulations.mapping.graph_limits import MAX_UNITS
 
 PLAN_SCHEMA = "pipeplan.plan/1"
@@ -91,6 +92,7 @@ def plan_from_dict(d: Any, source: str = "<plan>") -> Plan:
             raise fail("plan", "the result holds no plan")
     if d.get("schema", PLAN_SCHEMA) != PLAN_SCHEMA:
         raise fail("schema", f"unsupported schema {d.get('schema')!r} (expected {PLAN_SCHEMA!r})")
+    check_fields(d, ("schema", "instance", "mode", "shared_pus", "stages", "levels"), source)   # Plan.to_dict's
     mode = d.get("mode", "pipelined")
     if mode not in MODES:
         raise fail("mode", f"must be one of {', '.join(MODES)}")
@@ -102,6 +104,7 @@ def plan_from_dict(d: Any, source: str = "<plan>") -> Plan:
     for i, s in enumerate(stages_raw):
         if not isinstance(s, dict):
             raise fail(f"stages[{i}]", "expected an object")
+        check_fields(s, ("pus", "order"), source, f"stages[{i}]")
         pus = s.get("pus")
         order = s.get("order", {})
         if not isinstance(pus, list) or not pus or not all(isinstance(p, str) for p in pus):

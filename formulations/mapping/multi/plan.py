@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import check_fields
 from pipeplan.formulations.mapping.multi.problem import MAX_NETWORKS
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
 
@@ -41,6 +42,7 @@ def joint_plan_from_dict(d: Any, source: str = "<plan>") -> JointPlan:
         raise InputError(source, "", "expected a JSON object")
     if d.get("schema") != MULTI_PLAN_SCHEMA:
         raise InputError(source, "schema", f"unsupported schema {d.get('schema')!r} (expected {MULTI_PLAN_SCHEMA!r})")
+    check_fields(d, ("schema", "instance", "plans"), source)
     raw = d.get("plans")
     if not isinstance(raw, dict) or not raw:
         raise InputError(source, "plans", "expected an object network -> plan")

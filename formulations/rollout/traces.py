@@ -16,7 +16,7 @@ import unicodedata
 from pathlib import Path
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import load_json, load_text, parse_csv, parse_number, too_many_digits
+from pipeplan.core.io import DuplicateKey, json_loads, load_json, load_text, parse_csv, parse_number, too_many_digits
 from pipeplan.core.sizes import check_memory
 from pipeplan.formulations.rollout.problem import BYTES_PER_REQUEST, MAX_COUNT, RolloutProblem, problem_from_dict
 from pipeplan.formulations.rollout.workloads import check_groups, make_round
@@ -37,7 +37,9 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
         for n, line in enumerate(text.splitlines(), start=1):
             if line.strip():
                 try:
-                    row = json.loads(line)
+                    row = json_loads(line)
+                except DuplicateKey as exc:
+                    raise InputError(str(path), f"line {n}: {exc.key}", "given twice in one object") from None
                 except json.JSONDecodeError as exc:
                     raise InputError(str(path), f"line {n}", f"invalid JSON ({exc.msg})") from None
                 except RecursionError:

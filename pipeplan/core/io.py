@@ -122,6 +122,28 @@ def load_text(path: str | Path, *, what: str = "file") -> str:
 JSON_BYTES_PER_CHAR = 25
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice (raised by :func:`json_loads`)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key if len(key) <= 40 and not has_control_characters(key) else brief_value(key)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+def json_loads(text: str) -> Any:
+    """``json.loads`` that refuses an object naming a key twice (:class:`DuplicateKey`): Python
+    keeps the last value without a word, so ``{"rounds": 1, "rounds": 3}`` had meant 3."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def load_json(path: str | Path) -> Any:
     """Read a JSON file, turning I/O, size, nesting and syntax problems into :class:`InputError`."""
     path = Path(path)
@@ -130,7 +152,9 @@ def load_json(path: str | Path) -> Any:
         raise InputError(str(path), "", "empty file")
     check_bytes(str(path), "", f"its {len(text):,} characters of JSON", len(text) * JSON_BYTES_PER_CHAR)
     try:
-        return json.loads(text)
+        return json_loads(text)
+    except DuplicateKey as exc:
+        raise InputError(str(path), exc.key, "given twice in one object") from None
     except json.JSONDecodeError as exc:
         raise InputError(str(path), f"line {exc.lineno}", f"invalid JSON ({exc.msg})") from None
     except RecursionError:

@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import exists_safely
 from pipeplan.instances.paths import INSTANCES_DIR, PLATFORMS_DIR
 
 
@@ -41,23 +42,13 @@ def mapping_instance_names() -> list[str]:
     return measured_names() + operator_names()
 
 
-def _exists(path: Path) -> bool:
-    """``path.exists()``, False for a name the file system cannot hold: pathlib raises
-    ENAMETOOLONG (a name over 255 bytes in a plan or multi-network instance had been an OSError
-    traceback)."""
-    try:
-        return path.exists()
-    except OSError:
-        return False
-
-
 @lru_cache(maxsize=64)
 def load_mapping(name: str):
     """A MappingProblem from a catalogue name or an instance file path."""
     from pipeplan.formulations.mapping.instance_io import load_problem_file
 
     path = Path(name)
-    if path.suffix == ".json" and _exists(path):
+    if path.suffix == ".json" and exists_safely(path):
         return load_problem_file(path, trusted=path.resolve().is_relative_to(INSTANCES_DIR.resolve()))
     if path.suffix == ".onnx":
         raise InputError(name, "instance", f"an ONNX model needs a profile first: `pipeplan instance {name} "
@@ -71,7 +62,7 @@ def load_mapping(name: str):
         from pipeplan.instances.operator_level import DEFAULT_GRANULARITY, check_granularity
         base, at, granularity = name.partition("@")
         platform, _, model = base.partition("/")
-        if _exists(PLATFORMS_DIR / f"{platform}.json"):
+        if exists_safely(PLATFORMS_DIR / f"{platform}.json"):
             from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS
             from pipeplan.instances.operator_level import operator_instance
             if model in LIGHT_MODELS:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import check_fields, has_control_characters, inside_folder, load_json
+from pipeplan.core.io import check_fields, exists_safely, has_control_characters, inside_folder, load_json
 from pipeplan.formulations.mapping.graph_limits import check_graph_size
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.formulations.mapping.profile import SCHEMA as PROFILE_SCHEMA
@@ -73,11 +73,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     if isinstance(prof, str):
         folder = base or Path(".")
         path = folder / prof if trusted else inside_folder(folder, prof, source, "profile")
-        try:
-            found = path.is_file()
-        except OSError:     # a name too long for the file system (ENAMETOOLONG): had been a traceback
-            found = False
-        if not found:
+        if not exists_safely(path, file=True):
             raise InputError(source, "profile", f"no profile file {str(path)!r}")
         profile = load_profile(path)
     else:

@@ -387,10 +387,7 @@ def problem_from_dict(doc: dict[str, Any], source: str) -> RolloutProblem:
         d = doc.get(key)
         if not isinstance(d, dict):
             raise InputError(source, key, "expected an object")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(known))
-        if unknown:
-            raise InputError(source, f"{key}.{unknown[0]}", f"unknown field (known: {', '.join(known)})")
+        check_fields(d, [f.name for f in fields(cls)], source, key)
         try:
             return cls(**d)
         except TypeError as exc:

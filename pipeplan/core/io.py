@@ -127,7 +127,7 @@ class DuplicateKey(ValueError):
 
     def __init__(self, key: str):
         super().__init__(key)
-        self.key = key if len(key) <= 40 and not has_control_characters(key) else brief_value(key)
+        self.key = key_as_field(key)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
@@ -243,9 +243,24 @@ def check_fields(doc: dict, known, source: str, where: str = "") -> None:
     misspelt optional field (``"round": 3`` for ``"rounds"``) had silently taken its default."""
     unknown = next((key for key in doc if key not in known), None)
     if unknown is not None:
-        shown = unknown if len(unknown) <= 40 and not has_control_characters(unknown) else brief_value(unknown)
-        raise InputError(source, f"{where}.{shown}" if where else shown,
-                         f"unknown field (known: {', '.join(sorted(known))})")
+        shown = key_as_field(unknown)
+        raise InputError(source, f"{where}.{shown}" if where else shown, f"unknown field (known: {', '.join(known)})")
+
+
+def key_as_field(key: str) -> str:
+    """A key of a user's JSON object as an error's field: itself, or quoted and cut when it is
+    long or holds control characters."""
+    return key if len(key) <= 40 and not has_control_characters(key) else brief_value(key)
+
+
+def exists_safely(path: Path, *, file: bool = False) -> bool:
+    """``path.exists()`` (``is_file()`` with ``file``), False for a name the file system cannot
+    hold: pathlib raises ENAMETOOLONG (a 300-byte name in an instance, a plan or a multi-network
+    instance had been an OSError traceback)."""
+    try:
+        return path.is_file() if file else path.exists()
+    except OSError:
+        return False
 
 
 def has_control_characters(text: str) -> bool:

@@ -37,6 +37,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
+import numpy as np
+
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.formulations.rollout.schedule import Schedule
 from pipeplan.formulations.rollout.trainer import round_updates, trainer_updates
@@ -194,6 +196,15 @@ class EngineState:
         if self.status[i] == RUNNING:
             return self.generated_before[i] + self.replicas[self.replica_of[i]].steps - self.admit_step[i]
         return self.problem.lengths[i] if self.status[i] == FINISHED else self.generated_before[i]
+
+    def generated_all(self) -> np.ndarray:
+        """:meth:`generated` of every request at once (an oracle policy ranks them all at each
+        decision)."""
+        status = np.array(self.status)
+        steps = np.array([r.steps for r in self.replicas])[np.array(self.replica_of)]
+        before = np.array(self.generated_before)
+        made = np.where(status == RUNNING, before + steps - np.array(self.admit_step), before)
+        return np.where(status == FINISHED, np.array(self.problem.lengths), made)
 
     def remaining_tokens(self, i: int) -> int:
         return self.problem.lengths[i] - self.generated(i)

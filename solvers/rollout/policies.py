@@ -26,7 +26,7 @@ import heapq
 import numpy as np
 
 from pipeplan.core.deadline import Deadline
-from pipeplan.formulations.rollout.simulator import FINISHED, RUNNING, WAITING, EngineState, Policy, simulate
+from pipeplan.formulations.rollout.simulator import FINISHED, WAITING, EngineState, Policy, simulate
 from pipeplan.formulations.rollout.trainer import StreamingTrainer
 from pipeplan.solvers.rollout.common import rescore_s
 
@@ -307,15 +307,6 @@ class DeadlinePolicy(Policy):
         self.lengths = np.array(problem.lengths)
         self.prefills = np.array([problem.engine.prefill_time(x) for x in problem.prompts])
 
-    @staticmethod
-    def _generated(state: EngineState, status: np.ndarray) -> np.ndarray:
-        """Tokens made so far by every unfinished request (``EngineState.generated``, for all at
-        once; a finished request's entry is not its length, and ``decide`` does not read it)."""
-        before = np.array(state.generated_before)
-        running = status == RUNNING
-        steps = np.array([r.steps for r in state.replicas])[np.array(state.replica_of)]
-        return np.where(running, before + steps - np.array(state.admit_step), before)
-
     def on_group_complete(self, g, t):
         self.trainer_view.push(g, t)
 
@@ -335,7 +326,7 @@ class DeadlinePolicy(Policy):
         p, eng = self.problem, self.problem.engine
         tau = eng.step_time(max(1, state.running), state.active_kv())
         status = np.array(state.status)
-        remaining = self.lengths - self._generated(state, status)
+        remaining = self.lengths - state.generated_all()
         # each unfinished request's earliest completion, its group's the latest of them
         soonest = remaining * tau + np.where(status == WAITING, self.prefills, 0.0)
         soonest[status == FINISHED] = -np.inf

@@ -189,6 +189,14 @@ def _feeds(specs: Iterable[TensorSpec]) -> list[Feed]:
     return [(t.name, t.concrete_shape(), t.dtype) for t in specs]
 
 
+def thread_ceiling() -> tuple[int, int]:
+    """(this host's CPUs, the most threads or streams pipeplan runs at once on it): the one
+    rule behind ``check_threads`` and the joint runs' checks (``multi.check_network_count``,
+    ``multi.check_joint_threads``)."""
+    host_cpus = os.cpu_count() or 1
+    return host_cpus, OVERSUBSCRIPTION * host_cpus
+
+
 def check_threads(m: Manifest) -> int:
     """Refuse more threads than :data:`OVERSUBSCRIPTION` x this host's CPUs: for one PU
     (``pus.PU.intra_op_threads``), and for the whole run (``pus``), counted as the run makes
@@ -199,8 +207,7 @@ def check_threads(m: Manifest) -> int:
     within the rule for one PU) had made 800 on two CPUs, whose sessions alone took over 60 s to
     create; one 8-thread PU with 100 groups, 700. Returns the run's threads (for a joint run,
     which holds its networks together to the same rule)."""
-    host_cpus = os.cpu_count() or 1
-    most = OVERSUBSCRIPTION * host_cpus
+    host_cpus, most = thread_ceiling()
     for pu, rt in m.pus.items():
         if rt["intra_op_threads"] > most:
             raise InputError(m.source, f"pus.{pu}.intra_op_threads",

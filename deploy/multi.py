@@ -46,7 +46,14 @@ from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_output, inside_folder, load_json
 from pipeplan.core.sizes import check_memory
-from pipeplan.deploy.executor import OVERSUBSCRIPTION, check_frames, check_run_memory, check_threads, run_export
+from pipeplan.deploy.executor import (
+    OVERSUBSCRIPTION,
+    check_frames,
+    check_run_memory,
+    check_threads,
+    run_export,
+    thread_ceiling,
+)
 from pipeplan.deploy.export import _check_target as check_single_target
 from pipeplan.deploy.export import _publish, export_plan, temp_export_folder
 from pipeplan.deploy.manifest import MANIFEST_FILE, load_manifest, sha256_of
@@ -315,8 +322,8 @@ def check_network_count(joint: JointExport) -> None:
     own pipeline at the same time (a thread of its own and at least one computing), so past that
     the host runs more computing threads per CPU than ``run`` allows one PU, and the rates
     measured under concurrency would measure the oversubscription, not the plan."""
-    host_cpus = os.cpu_count() or 1
-    if len(joint.networks) > OVERSUBSCRIPTION * host_cpus:
+    host_cpus, most = thread_ceiling()
+    if len(joint.networks) > most:
         raise InputError(joint.source, "networks", f"{len(joint.networks)} networks to run at once on a host with "
                          f"{host_cpus} CPUs (at most {OVERSUBSCRIPTION}x as many networks as CPUs)")
 
@@ -325,8 +332,8 @@ def check_joint_threads(joint: JointExport, threads: int) -> None:
     """Refuse networks whose runs together make more than OVERSUBSCRIPTION x this host's CPUs
     threads (``check_threads`` counts each): they run at once, so the rule for one run holds for
     all of them (four networks each within the rule had made four times the threads it allows)."""
-    host_cpus = os.cpu_count() or 1
-    if threads > OVERSUBSCRIPTION * host_cpus:
+    host_cpus, most = thread_ceiling()
+    if threads > most:
         raise InputError(joint.source, "networks", f"{threads} threads to run its {len(joint.networks)} networks at "
                          f"once on a host with {host_cpus} CPUs (at most {OVERSUBSCRIPTION}x as many threads as "
                          "CPUs in all)")

@@ -52,17 +52,17 @@ from typing import Any
 import networkx as nx
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_json
+from pipeplan.core.io import check_fields, load_json
 from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Reader, Transfers
 
 PLATFORM_SCHEMA = "pipeplan.platform/1"
 LEVEL = "max"  # roofline profiles have one DVFS level: the top one
-_PU_FIELDS = {"kind", "peak_gflops", "mem_bandwidth_gbs", "efficiency", "active_power_mw",
-              "idle_power_mw", "launch_overhead_ms", "supported_ops", "description", "runtime"}
-_RUNTIME_FIELDS = {"provider", "threads", "cores"}
+_PU_FIELDS = ("kind", "peak_gflops", "mem_bandwidth_gbs", "efficiency", "active_power_mw",
+              "idle_power_mw", "launch_overhead_ms", "supported_ops", "description", "runtime")
+_RUNTIME_FIELDS = ("provider", "threads", "cores")
 MAX_THREADS = 4096      # intra-op threads of one ORT session, and CPU ids: beyond any real machine
-_TOP_FIELDS = {"schema", "name", "source", "assumptions", "host_pu", "pus", "links",
-               "default_link", "transfer_power_mw"}
+_TOP_FIELDS = ("schema", "name", "source", "assumptions", "host_pu", "pus", "links",
+               "default_link", "transfer_power_mw")
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
     doc = r.obj(doc, "")
     if doc.get("schema") != PLATFORM_SCHEMA:
         raise r.fail("schema", f"expected {PLATFORM_SCHEMA!r}, got {doc.get('schema')!r}")
-    _no_unknown(r, doc, _TOP_FIELDS, "")
+    check_fields(doc, _TOP_FIELDS, r.source)
     pus = {name: _pu(r, name, spec) for name, spec in r.obj(r.get(doc, "pus", ""), "pus").items()}
     if not pus:
         raise r.fail("pus", "no processing units")
@@ -160,13 +160,6 @@ def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
                                                "transfer_power_mw"))
 
 
-def _no_unknown(r: Reader, spec: dict, allowed: set[str], fld: str) -> None:
-    """Reject misspelt fields, which would otherwise silently fall back to defaults."""
-    for key in spec:
-        if key not in allowed:
-            raise r.fail(f"{fld}.{key}" if fld else key, "unknown field")
-
-
 def _positive(r: Reader, spec: dict, key: str, fld: str) -> float:
     value = r.number(r.get(spec, key, fld), f"{fld}.{key}")
     if value <= 0:
@@ -177,7 +170,7 @@ def _positive(r: Reader, spec: dict, key: str, fld: str) -> float:
 def _pu(r: Reader, name: str, spec: Any) -> PlatformPU:
     fld = f"pus.{name}"
     spec = r.obj(spec, fld)
-    _no_unknown(r, spec, _PU_FIELDS, fld)
+    check_fields(spec, _PU_FIELDS, r.source, fld)
     efficiency = _positive(r, spec, "efficiency", fld)
     if efficiency > 1:
         raise r.fail(f"{fld}.efficiency", f"a fraction of peak must be at most 1, got {efficiency}")
@@ -200,7 +193,7 @@ def _pu(r: Reader, name: str, spec: Any) -> PlatformPU:
 
 def _runtime(r: Reader, spec: Any, fld: str) -> Runtime:
     spec = r.obj(spec, fld)
-    _no_unknown(r, spec, _RUNTIME_FIELDS, fld)
+    check_fields(spec, _RUNTIME_FIELDS, r.source, fld)
     provider = r.string(spec["provider"], f"{fld}.provider") if "provider" in spec else None
     threads = spec.get("threads")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
@@ -219,7 +212,7 @@ def _runtime(r: Reader, spec: Any, fld: str) -> Runtime:
 
 def _link(r: Reader, spec: Any, fld: str) -> Link:
     spec = r.obj(spec, fld)
-    _no_unknown(r, spec, {"fixed_ms", "gb_per_s"}, fld)
+    check_fields(spec, ("fixed_ms", "gb_per_s"), r.source, fld)
     return Link(fixed_ms=r.number(spec.get("fixed_ms", 0.0), f"{fld}.fixed_ms"),
                 gb_per_s=_positive(r, spec, "gb_per_s", fld))
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import finite_number, inside_folder, parse_number, read_csv
+from pipeplan.core.io import check_fields, finite_number, inside_folder, parse_number, read_csv
 
 KINDS = ("none", "exponential", "shifted-exponential", "pareto", "markov", "trace")
 # The most seconds one time term may take: a straggler's mean, shift or scale, a trace's delay
@@ -119,10 +119,7 @@ def model_from_dict(d: dict, source: str = "straggler") -> StragglerModel:
     the outside file. Errors name ``source`` and ``straggler.<field>``."""
     if not isinstance(d, dict):
         raise InputError(source, "straggler", "expected an object")
-    known = {"kind", "mean_s", "shift_s", "scale_s", "alpha", "stay", "trace_file"}
-    extra = sorted(set(d) - known)
-    if extra:
-        raise InputError(source, f"straggler.{extra[0]}", "unknown field")
+    check_fields(d, ("kind", "mean_s", "shift_s", "scale_s", "alpha", "stay", "trace_file"), source, "straggler")
     kw = dict(d)
     if kw.get("kind") == "trace":
         if "trace_file" not in kw:

@@ -49,6 +49,7 @@ from pipeplan.core.api import MAX_SEED
 from pipeplan.core.deadline import check_stop
 from pipeplan.core.errors import InputError, brief_value, crash_message
 from pipeplan.core.io import (
+    check_fields,
     check_out_folder,
     check_output,
     finite_number,
@@ -153,9 +154,7 @@ def _check_group(g, source: str, where: str) -> None:
     group's size. Each error names the field (``rollout[0].instances[2]``)."""
     if not isinstance(g, dict):
         raise InputError(source, where, f"expected a table of instances, solvers, seeds, ..., got {_shown(g)}")
-    unknown = [k for k in g if k not in GROUP_KEYS]
-    if unknown:
-        raise InputError(source, f"{where}.{unknown[0]}", f"unknown field (expected {', '.join(GROUP_KEYS)})")
+    check_fields(g, GROUP_KEYS, source, where)
     for key, what, article, default in (("instances", "instance", "an", None), ("solvers", "solver", "a", ["*"])):
         patterns = g.get(key, default)
         if not isinstance(patterns, list) or not patterns:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import finite_number, has_control_characters
+from pipeplan.core.io import check_fields, finite_number, has_control_characters
 from pipeplan.formulations.mapping.problem import MappingProblem
 
 T = TypeVar("T")
@@ -35,6 +35,7 @@ SHARING = ("time_shared", "partitioned")
 # a whole mapping instance to load and check (about 1 ms each) before any time limit runs; at
 # 1,000 each already gets under a thousandth of a PU's time
 MAX_NETWORKS = 1000
+NETWORK_FIELDS = ("name", "instance", "weight", "latency_ms", "min_fps", "reference_fps", "model")
 # weights are relative: a million to one leaves the lighter network no say in the weighted
 # total, and near 1e308 x fps the total overflows to infinity
 MAX_WEIGHT = 1e6
@@ -198,15 +199,12 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
         raise InputError(source, "networks", "expected a non-empty list of networks")
     if len(raw) > MAX_NETWORKS:       # before any network's instance is loaded
         raise InputError(source, "networks", f"{len(raw)} networks, at most {MAX_NETWORKS}")
-    known = {"name", "instance", "weight", "latency_ms", "min_fps", "reference_fps", "model"}
     networks = []
     for i, d in enumerate(raw):
         fld = f"networks[{i}]"
         if not isinstance(d, dict):
             raise InputError(source, fld, "expected an object")
-        extra = sorted(set(d) - known)
-        if extra:
-            raise InputError(source, f"{fld}.{extra[0]}", f"unknown field (fields: {', '.join(sorted(known))})")
+        check_fields(d, NETWORK_FIELDS, source, fld)
         inst = d.get("instance")
         if not isinstance(inst, str) or not inst:
             raise InputError(source, f"{fld}.instance", "expected an instance name or file")

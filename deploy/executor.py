@@ -59,6 +59,10 @@ RTOL, ATOL = 1e-4, 1e-5
 # Elements compared at a time by the reference check: its float64 differences take at most
 # 512 KiB beside the outputs (input frames are drawn a chunk at a time too: random_feeds.py)
 CHUNK = 1 << 16
+# what one ONNX Runtime session holds outside the capped arena beside its model: 27.9 KB measured
+# (onnxruntime 1.x, a one-node model, 400 sessions, resident memory; a model of 1 or 10 MB adds
+# 0.98 of its size, which the arena's cap covers)
+SESSION_BYTES = 32 << 10
 
 
 def run_export(folder: str | Path, *, frames: int = 200, seed: int = 0,
@@ -166,8 +170,9 @@ def input_frames_held(m: Manifest, frames: int) -> int:
 
 def check_run_memory(m: Manifest, frames: int) -> tuple[int, int]:
     """Refuse a run whose frames would not fit the memory cap, before anything is allocated;
-    returns (bytes kept per frame, bytes of the input frames held at once, with one draw's
-    buffer) for a caller adding up several runs. The input frames a run holds at once
+    returns (bytes kept per frame, bytes held outside ONNX Runtime's arena: the input frames
+    held at once with one draw's buffer, and the sessions' own memory, :data:`SESSION_BYTES`
+    each) for a caller adding up several runs. The input frames a run holds at once
     (:func:`input_frames_held`, from the manifest's declared input shapes) are the manifest's
     to answer for: past the cap alone they are its one-line error naming the largest input; what
     the frames kept to the end add (:func:`kept_bytes_per_frame`) is ``--frames``' error."""
@@ -180,6 +185,10 @@ def check_run_memory(m: Manifest, frames: int) -> tuple[int, int]:
                     f"holding {held} frames of the network's inputs at once while the pipeline streams "
                     f"({human_bytes(in_bytes)} a frame; {big.name} {list(big.concrete_shape())} "
                     f"{big.dtype.name} the largest)", held_bytes)
+    sessions = sum(len(stage.groups) for stage in m.stages)
+    held_bytes += sessions * SESSION_BYTES
+    check_bytes(m.source, "stages", f"its input frames and {sessions} ONNX Runtime sessions (one per group, "
+                f"{human_bytes(SESSION_BYTES)} each beside its model)", held_bytes)
     kept = kept_bytes_per_frame(m.outputs)
     check_memory("--frames", frames, kept, fixed=held_bytes)
     return kept, held_bytes

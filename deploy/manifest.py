@@ -23,6 +23,7 @@ import onnx
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import inside_folder, load_json, read_input
 from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION, check_session_config
+from pipeplan.formulations.mapping.graph_limits import MAX_UNITS
 from pipeplan.formulations.mapping.onnx_bounds import check_model_bounds
 from pipeplan.formulations.mapping.onnx_external import external_tensors
 from pipeplan.formulations.mapping.profile import Reader
@@ -193,7 +194,12 @@ def load_manifest(folder: str | Path, guard: RunGuard | None = None) -> Manifest
     raw_stages = r.get(doc, "stages", "")
     if not isinstance(raw_stages, list) or not raw_stages:
         raise r.fail("stages", "expected a non-empty list")
-    stages = []
+    # every group runs a part of one graph, at least one of its units, and pipeplan plans graphs
+    # of at most MAX_UNITS units; counted before the groups are read (200,000 groups had been
+    # bounded by `run --time-limit` alone, each a session to create)
+    if len(raw_stages) > MAX_UNITS:
+        raise r.fail("stages", f"{len(raw_stages)} stages, at most {MAX_UNITS} (the units of the largest graph pipeplan plans)")
+    stages, total_groups = [], 0
     for s, raw in enumerate(raw_stages):
         fld = f"stages[{s}]"
         raw = r.obj(raw, fld)
@@ -202,6 +208,10 @@ def load_manifest(folder: str | Path, guard: RunGuard | None = None) -> Manifest
         raw_groups = r.get(raw, "groups", fld)
         if not isinstance(raw_groups, list) or not raw_groups:
             raise r.fail(f"{fld}.groups", "expected a non-empty list")
+        total_groups += len(raw_groups)
+        if total_groups > MAX_UNITS:
+            raise r.fail(f"{fld}.groups", f"{total_groups} groups in stages 0-{s}, at most {MAX_UNITS} in all (the units "
+                                          "of the largest graph pipeplan plans)")
         groups: list[GroupSpec] = []
         earlier: set[str] = set()    # the ids of the stage's groups so far
         for j, grp in enumerate(raw_groups):

@@ -271,3 +271,34 @@ def test_an_export_within_the_host_runs_as_before(tmp_path):
     folder = export(tmp_path / "export", groups=2, pus=2, threads=max(1, OVERSUBSCRIPTION * cpus // 2))
     report = run_export(folder, frames=3)
     assert report["outputs_match"] and report["frames"] == 3
+
+
+# ------------------------------------------------------------------------------------ sessions
+
+def test_more_groups_than_the_largest_graph_has_units_are_refused_before_they_are_read(tmp_path):
+    """200,000 groups had been bounded by `run --time-limit` alone (each a session to create):
+    a group runs at least one unit of a graph, and pipeplan plans at most MAX_UNITS of them."""
+    from pipeplan.formulations.mapping.graph_limits import MAX_UNITS
+    folder = export(tmp_path / "export")
+    edit(folder, lambda doc: doc["stages"][0].update(groups=doc["stages"][0]["groups"] * (MAX_UNITS + 1)))
+    with pytest.raises(InputError) as info:
+        load_manifest(folder)
+    assert info.value.field == "stages[0].groups" and f"{MAX_UNITS + 1} groups" in info.value.message
+
+
+def test_the_sessions_memory_is_counted_before_the_first_is_made(tmp_path, monkeypatch):
+    """Each group's session holds memory of its own outside the capped arena (SESSION_BYTES,
+    measured): 400 groups under a 12 MiB cap are refused before any session is created, and
+    the same export runs under the default cap."""
+    folder = export(tmp_path / "export", groups=400)
+    made = []
+    real = executor_module.make_session
+    monkeypatch.setattr(executor_module, "make_session", lambda *a, **kw: (made.append(1), real(*a, **kw))[1])
+    monkeypatch.setenv("PIPEPLAN_MAX_MEMORY_MB", "12")
+    with pytest.raises(InputError) as info:
+        run_export(folder, frames=2)
+    assert info.value.field == "stages" and "400 ONNX Runtime sessions" in info.value.message and not made
+    assert 400 * executor_module.SESSION_BYTES > 12 * MB
+    monkeypatch.delenv("PIPEPLAN_MAX_MEMORY_MB")
+    report = run_export(folder, frames=2)
+    assert report["outputs_match"] and len(made) == 400 + 1    # and the reference model's session

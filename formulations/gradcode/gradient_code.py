@@ -31,6 +31,7 @@ import numpy as np
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_fields, finite_number, has_control_characters
+from pipeplan.core.result import check_result_fields
 from pipeplan.formulations.gradcode.problem import MAX_SIZE
 
 SCHEMA = "pipeplan.gradcode-code/1"
@@ -153,6 +154,7 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
     if not isinstance(d, dict):
         raise InputError(source, "", "expected a JSON object")
     if isinstance(d.get("plan"), dict) and "support" in d["plan"]:   # a SolveResult file
+        check_result_fields(d, source)
         d = d["plan"]
     if d.get("schema", SCHEMA) != SCHEMA:
         raise InputError(source, "schema", f"expected {SCHEMA}, got {d.get('schema')!r}")

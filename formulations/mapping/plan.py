@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_fields
+from pipeplan.core.result import check_result_fields
 from pipeplan.formulations.mapping.graph_limits import MAX_UNITS
 
 PLAN_SCHEMA = "pipeplan.plan/1"
@@ -87,6 +88,7 @@ def plan_from_dict(d: Any, source: str = "<plan>") -> Plan:
     if not isinstance(d, dict):
         raise fail("", "expected a JSON object")
     if "plan" in d and "stages" not in d:  # a SolveResult file: take its plan
+        check_result_fields(d, source)
         d = d["plan"]
         if not isinstance(d, dict):
             raise fail("plan", "the result holds no plan")

@@ -13,10 +13,12 @@ It is None when the run was not cut short (optimal, completed, infeasible, error
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from importlib import metadata
 from typing import Any
+
+from pipeplan.core.io import check_fields
 
 RESULT_SCHEMA = "pipeplan.result/1"
 
@@ -100,3 +102,14 @@ class SolveResult:
     @classmethod
     def from_json(cls, text: str) -> "SolveResult":
         return cls.from_dict(json.loads(text))
+
+
+# What SolveResult.to_dict writes (every field of a result file pipeplan writes)
+RESULT_FIELDS = ("schema", *(f.name for f in fields(SolveResult)))
+
+
+def check_result_fields(doc: dict, source: str) -> None:
+    """A SolveResult file given where a plan or a code is expected (only its ``plan`` is read):
+    refuse a top-level field that no result pipeplan writes has (``"stoped_by"``, ``"note"``: the
+    fields outside ``plan`` had not been checked at all)."""
+    check_fields(doc, RESULT_FIELDS, source)

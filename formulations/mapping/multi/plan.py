@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_fields
+from pipeplan.core.result import check_result_fields
 from pipeplan.formulations.mapping.multi.problem import MAX_NETWORKS
 from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
 
@@ -37,6 +38,7 @@ class JointPlan:
 
 def joint_plan_from_dict(d: Any, source: str = "<plan>") -> JointPlan:
     if isinstance(d, dict) and "plan" in d and "plans" not in d:   # a SolveResult file: take its plan
+        check_result_fields(d, source)
         d = d["plan"]
     if not isinstance(d, dict):
         raise InputError(source, "", "expected a JSON object")

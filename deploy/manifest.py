@@ -290,6 +290,10 @@ def _pu_runtime(r: Reader, spec: Any, fld: str) -> dict[str, Any]:
     providers = r.get(spec, "providers", fld)
     if not isinstance(providers, list) or not providers or not all(isinstance(p, str) for p in providers):
         raise r.fail(f"{fld}.providers", "expected a non-empty list of provider names")
+    for i, p in enumerate(providers):
+        r.name(p, f"{fld}.providers[{i}]")
+    if "kind" in spec:                      # what the export copies from the profile; not used by the run
+        r.name(spec["kind"], f"{fld}.kind")
     threads = r.get(spec, "intra_op_threads", fld)
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
         raise r.fail(f"{fld}.intra_op_threads", f"expected an integer from 1 to {MAX_THREADS}, got {threads!r}")

@@ -179,7 +179,7 @@ def _pu(r: Reader, name: str, spec: Any) -> PlatformPU:
                             or not all(isinstance(o, str) and o for o in ops)):
         raise r.fail(f"{fld}.supported_ops", "expected a non-empty list of ONNX op types")
     return PlatformPU(
-        name=name, kind=r.string(r.get(spec, "kind", fld), f"{fld}.kind"),
+        name=name, kind=r.name(r.get(spec, "kind", fld), f"{fld}.kind"),
         peak_gflops=_positive(r, spec, "peak_gflops", fld),
         mem_bandwidth_gbs=_positive(r, spec, "mem_bandwidth_gbs", fld), efficiency=efficiency,
         active_power_mw=r.number(r.get(spec, "active_power_mw", fld), f"{fld}.active_power_mw"),
@@ -194,7 +194,7 @@ def _pu(r: Reader, name: str, spec: Any) -> PlatformPU:
 def _runtime(r: Reader, spec: Any, fld: str) -> Runtime:
     spec = r.obj(spec, fld)
     check_fields(spec, _RUNTIME_FIELDS, r.source, fld)
-    provider = r.string(spec["provider"], f"{fld}.provider") if "provider" in spec else None
+    provider = r.name(spec["provider"], f"{fld}.provider") if "provider" in spec else None
     threads = spec.get("threads")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or not 1 <= threads <= MAX_THREADS):

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import check_fields, finite_number, load_json
+from pipeplan.core.io import check_fields, finite_number, has_control_characters, load_json
 from pipeplan.formulations.mapping.graph_limits import check_graph_size
 
 SCHEMA = "pipeplan.profile/1"
@@ -360,6 +360,13 @@ class Reader:
             raise self.fail(fld, f"expected a non-empty string, got {value!r}")
         return value
 
+    def name(self, value: Any, fld: str) -> str:
+        """A non-empty name without control characters, as other names are (a PU's ``kind``, a
+        runtime's ``provider``: printed in messages and written into exports)."""
+        if not isinstance(value, str) or not value or has_control_characters(value):
+            raise self.fail(fld, f"expected a non-empty name without control characters, got {brief_value(value)}")
+        return value
+
 
 def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
     r = Reader(source)
@@ -382,7 +389,7 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
         twice = next((lv for lv in levels if lv in seen or seen.add(lv)), None)
         if twice is not None:      # had been accepted: which of the two a plan's level meant was arbitrary
             raise r.fail(f"pus.{name}.levels", f"level {brief_value(twice)} listed twice")
-        pus[name] = PU(name=name, kind=r.string(spec.get("kind", "cpu"), f"pus.{name}.kind"),
+        pus[name] = PU(name=name, kind=r.name(spec.get("kind", "cpu"), f"pus.{name}.kind"),
                        levels=tuple(levels),
                        idle_power_mw=r.number(spec.get("idle_power_mw", 0.0), f"pus.{name}.idle_power_mw"),
                        description=str(spec.get("description", "")))

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import check_fields, finite_number, has_control_characters
 from pipeplan.core.result import check_result_fields
 from pipeplan.formulations.gradcode.problem import MAX_SIZE
@@ -216,6 +216,17 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
         if ((schedule < -1) | (schedule >= k)).any():     # before the cast (1e300 warned in it)
             raise InputError(source, "schedule", f"partition indices must be in -1..{k - 1}")
         schedule = schedule.astype(np.int64)
+    # ``pipelined`` is what the schedule makes the code (to_dict writes both): one that says
+    # otherwise had been ignored, so "pipelined": true without a schedule ran every partition a
+    # worker stores in every step
+    pipelined = d.get("pipelined", schedule is not None)
+    if not isinstance(pipelined, bool):
+        raise InputError(source, "pipelined", f"expected true or false, got {brief_value(pipelined)}")
+    if pipelined != (schedule is not None):
+        raise InputError(source, "pipelined", "true, but the code has no schedule (a pipelined code's schedule says which "
+                                              "partition each worker computes in each step)" if pipelined else
+                                              "false, but the code has a schedule (which makes it pipelined: each worker "
+                                              "computes one partition a step)")
     scheme, meta = d.get("scheme", "custom"), d.get("meta", {})
     if not isinstance(scheme, str) or has_control_characters(scheme):
         raise InputError(source, "scheme", f"expected text without control characters, got {scheme!r}")

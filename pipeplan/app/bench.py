@@ -15,10 +15,11 @@ record and leaves at most a torn last line, and a rerun skips the runs already r
 (resume). The engine is local processes by default, or Ray tasks (``--engine ray``) on a local
 Ray or an existing cluster (``RAY_ADDRESS``).
 
-Faults: a damaged last line of ``runs.jsonl`` (not UTF-8 or not JSON: a crash mid-write) is set
-aside by the next bench, appended to ``runs.jsonl.damaged-<UTC time>`` beside it, with a one-line
-warning, and its run is redone; ``pipeplan report`` ignores it with a warning. A damaged line
-before the last is no crash signature and stays an error naming the line. One bench at a time
+Faults: a damaged last line of ``runs.jsonl`` (not UTF-8, not JSON, or naming a key twice: a crash
+mid-write, or a hand edit) is set aside by the next bench, appended to
+``runs.jsonl.damaged-<UTC time>`` beside it, with a one-line warning, and its run is redone;
+``pipeplan report`` ignores it with a warning. A damaged line before the last is no crash
+signature and stays an error naming the line. One bench at a time
 per results folder: ``bench.lock`` there, created with ``O_CREAT|O_EXCL`` and holding the owner's
 pid, host and boot id, refuses a second bench; a lock whose owner is gone (same host, pid not
 alive or another boot) is taken over with a warning; the lock is removed when the bench ends,
@@ -49,10 +50,12 @@ from pipeplan.core.api import MAX_SEED
 from pipeplan.core.deadline import check_stop
 from pipeplan.core.errors import InputError, brief_value, crash_message
 from pipeplan.core.io import (
+    DuplicateKey,
     check_fields,
     check_out_folder,
     check_output,
     finite_number,
+    json_loads,
     load_toml,
     mark_out_folder,
     read_input,
@@ -471,7 +474,8 @@ class Damage:
 
 def scan_records(path: Path) -> tuple[list[dict], Damage | None]:
     """Records of a runs.jsonl and its damaged last line, if any. Only the last non-blank line
-    may be damaged (not UTF-8, not JSON: what a write cut short leaves); any line before it that
+    may be damaged (not UTF-8, not JSON: what a write cut short leaves; or an object naming a key
+    twice, which Python's reader would take as its last value); any line before it that
     is not a run record, and a last line that is valid JSON but not a record, is an InputError
     naming the line. A last record cut just before its newline is complete and kept."""
     if not path.exists():
@@ -484,11 +488,14 @@ def scan_records(path: Path) -> tuple[list[dict], Damage | None]:
         where = f"line {n + 1}"
         if raw.strip():
             try:
-                record = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                record = json_loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKey) as exc:
                 if n == last:
                     return out, Damage(n + 1, offset, b"\n".join(lines[n:]))
-                why = f"invalid JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+                if isinstance(exc, DuplicateKey):   # Python's reader had kept the last value
+                    where, why = f"{where}: {exc.key}", "given twice in one object"
+                else:
+                    why = f"invalid JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
                 raise InputError(str(path), where, f"{why}; only a damaged last line is a crash to repair") from None
             except RecursionError:
                 raise InputError(str(path), where, "nested too deeply") from None

@@ -167,7 +167,9 @@ def test_property_a_rerun_after_a_torn_write_keeps_every_complete_record(tmp_pat
 
 
 @pytest.mark.parametrize("middle,why", [(b'{"system": "\xff"}', "not UTF-8 text"),
-                                        (b'{"seed": ' + b"9" * 5000 + b"}", "invalid JSON (Exceeds the limit")])
+                                        (b'{"seed": ' + b"9" * 5000 + b"}", "invalid JSON (Exceeds the limit"),
+                                        (b'{"system": "mapping", "instance": "x", "solver": "cpsat", "seed": 1, '
+                                         b'"seed": 0, "termination": "completed"}', "seed: given twice in one object")])
 def test_a_damaged_line_before_the_last_is_an_error_naming_it(tmp_path, middle, why):
     out = tmp_path / "out"
     out.mkdir()
@@ -178,6 +180,34 @@ def test_a_damaged_line_before_the_last_is_an_error_naming_it(tmp_path, middle, 
     assert_input_error(proc, f"{out / RECORDS}: line 2: {why}")
     assert (out / RECORDS).read_bytes() == body and damaged_files(out) == []
     assert sorted(p.name for p in out.iterdir()) == [RECORDS]          # no suite.json, lock removed
+
+
+def test_a_last_line_naming_a_key_twice_is_damaged_set_aside_and_its_run_redone(tmp_path, monkeypatch, capsys):
+    """Python's reader keeps a key's last value: a last record naming "seed" twice had been read
+    as heft's seed-0 run, already done (resume skipped it). It is a damaged line like a torn one:
+    the report ignores it with a warning, the next bench sets it aside and redoes the run."""
+    monkeypatch.setattr(bench, "run_local", fake_engine)
+    out = tmp_path / "out"
+    run_suite(suite_file(tmp_path, ONE), out)
+    first = (out / RECORDS).read_bytes()
+    good = {"system": "mapping", "instance": "khadas-vim3/SqueezeV1", "solver": "heft", "seed": 0,
+            "termination": "completed", "objectives": {}}
+    twice = json.dumps(good).replace('"seed": 0', '"seed": 7, "seed": 0').encode() + b"\n"
+    assert json.loads(twice) == good
+    (out / RECORDS).write_bytes(first + twice)
+    capsys.readouterr()
+
+    assert [r["solver"] for r in bench.read_records(out / RECORDS)] == ["single"]      # the report's reader
+    [warned] = warnings_of(capsys.readouterr().err)
+    assert f"{out / RECORDS}: line 2: damaged last line ignored ({len(twice)} bytes" in warned
+
+    assert run_suite(suite_file(tmp_path, TWO), out)["ran"] == 1                        # heft redone
+    [warned] = warnings_of(capsys.readouterr().err)
+    assert f"{out / RECORDS}: line 2: set aside {len(twice)} damaged bytes" in warned
+    [aside] = damaged_files(out)
+    assert aside.read_bytes() == twice
+    kept = lines_of(out / RECORDS)
+    assert [r["solver"] for r in kept] == ["single", "heft"] and kept[0] == json.loads(first)
 
 
 def test_report_ignores_a_torn_last_line_with_one_warning(tmp_path, monkeypatch):

@@ -100,8 +100,11 @@ class GradientCode:
         return np.minimum(held, 1) if self.pipelined else held
 
     def same_as(self, other: "GradientCode") -> bool:
+        """The same code: ``wait`` counts only where the count rule reads it (the groups decoder
+        never does, and ``to_dict`` leaves it out there)."""
         return (self.scheme == other.scheme and self.s == other.s and self.decoder == other.decoder
-                and self.wait == other.wait and self.groups == other.groups and self.stop == other.stop
+                and (self.decoder == "groups" or self.wait == other.wait)
+                and self.groups == other.groups and self.stop == other.stop
                 and self.linear_weight == other.linear_weight
                 and np.array_equal(self.support, other.support) and np.array_equal(self.B, other.B)
                 and ((self.schedule is None and other.schedule is None)

@@ -123,6 +123,9 @@ def test_code_json_round_trip_and_bad_placements():
     code = pgc_cr(7, 2)
     again = code_from_dict(code.to_dict())
     assert again.same_as(code)
+    for grouped in (fractional_repetition(6, 2), pgc_fr(6, 2)):   # read back with wait n - s, never read
+        assert grouped.decoder == "groups" and code_from_dict(grouped.to_dict()).same_as(grouped)
+    assert not code.same_as(replace(code, wait=code.wait - 1))
     doc = code.to_dict()
     doc["B"][0] = doc["B"][0][:-1]
     with pytest.raises(InputError, match="entries"):

@@ -133,7 +133,9 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
     search = search_deadline(time_limit, problem)
     left = search.remaining()
     start_share = Deadline(None if left is None else left / 2)
-    start_plan = warm_start or best_heuristic_plan(problem, objective, start_share)
+    if warm_start is not None and max_stages is not None and len(warm_start.stages) > max_stages:
+        warm_start = None            # not a plan of this search: the heuristics' start instead
+    start_plan = warm_start or best_heuristic_plan(problem, objective, start_share, max_stages)
     key = AXES[objective]
     lower = _certified_lower(problem, key, shared_pus, search)
     params = {"objective": objective, "bounds": bounds or {}, "shared_pus": shared_pus,

@@ -17,14 +17,20 @@ from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
 HEURISTICS = ("pipeline-dp", "heft", "single")     # ties between their plans go to the first
 
 
-def best_heuristic_plan(problem: MappingProblem, objective: str, deadline: Deadline | None = None) -> Plan:
+def best_heuristic_plan(problem: MappingProblem, objective: str, deadline: Deadline | None = None,
+                        max_stages: int | None = None) -> Plan:
     """The best plan of the cheap heuristics for ``objective`` (a warm start, or what a solver
     returns when its time runs out): HEFT, the best single PU and the pipeline DP (its best
     pipeline by ``deadline``), as many as ``deadline`` allows, compared by the evaluator. When
     time runs out before HEFT's plan is made: the whole network on its fastest PU, which costs
-    no evaluation."""
+    no evaluation. With ``max_stages``, only plans of at most that many stages (the single PU's
+    and the fastest PU's plans have one; HEFT's is left out when it has more)."""
     deadline = deadline or Deadline(None)
     key = mapping_key(objective)
+
+    def fits(plan: Plan) -> bool:
+        return max_stages is None or len(plan.stages) <= max_stages
+
     try:
         heft = heft_plan(problem, deadline)
     except OutOfTime:
@@ -36,15 +42,16 @@ def best_heuristic_plan(problem: MappingProblem, objective: str, deadline: Deadl
     except ValueError:                   # no PU runs every unit
         pass
     except OutOfTime:
-        return heft
+        return heft if fits(heft) else fastest_pu_plan(problem)
     try:
-        plan, _ = pipeline_plan(problem, deadline=deadline)
+        plan, _ = pipeline_plan(problem, max_stages, deadline=deadline)
         found["pipeline-dp"] = (evaluate(problem, plan).objectives()[key], plan)
     except (ValueError, OutOfTime):
         pass
     if not found:
-        return heft
-    found["heft"] = (evaluate(problem, heft).objectives()[key], heft)
+        return heft if fits(heft) else fastest_pu_plan(problem)
+    if fits(heft):
+        found["heft"] = (evaluate(problem, heft).objectives()[key], heft)
     return min((found[h][0], HEURISTICS.index(h), found[h][1]) for h in found)[2]
 
 

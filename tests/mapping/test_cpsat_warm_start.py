@@ -8,6 +8,8 @@ import pytest
 
 import pipeplan
 from pipeplan.core.deadline import Deadline
+from pipeplan.core.result import Quality
+from pipeplan.formulations.mapping import brute_force
 from pipeplan.formulations.mapping.bounds import Bound
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import plan_from_dict
@@ -45,12 +47,29 @@ def test_a_start_at_the_certified_bound_is_kept_as_it_is():
     assert plan is start and params == {}
 
 
-def test_with_max_stages_the_start_keeps_to_them():
+def test_with_max_stages_the_start_keeps_to_them(max_stages=1):
+    """The heuristics' best plan on tiny/diamond-3pu has 3 stages: with max_stages it is not a
+    start of the search (CP-SAT had kept it as the incumbent and called it optimal)."""
     problem = next(p for p in GRAPHS if len(p.profile.pus) >= 3)
-    start = best_heuristic_plan(problem, "period")
+    assert len(best_heuristic_plan(problem, "period").stages) > max_stages
+    start = best_heuristic_plan(problem, "period", max_stages=max_stages)
+    assert len(start.stages) <= max_stages
     plan = _evolved_start(problem, "period", start, Bound(0.0, "none"), None, Deadline(30), seed=0,
-                          evaluations=1500, max_stages=1, params={})
-    assert plan is start or len(plan.stages) == 1
+                          evaluations=300, max_stages=max_stages, params={})
+    assert len(plan.stages) <= max_stages
+
+
+@pytest.mark.parametrize("max_stages", [1, 2])
+@pytest.mark.parametrize("problem", GRAPHS, ids=lambda p: p.name)
+def test_cpsat_with_max_stages_reaches_the_brute_force_optimum(problem, max_stages):
+    # start_evaluations=0: the heuristics' start as it is (the evolved start is tested above)
+    r = pipeplan.solve(problem, "cpsat", max_stages=max_stages, time_limit=10, threads=1, start_evaluations=0)
+    assert r.quality is Quality.PROVEN_OPTIMAL, r.message
+    plan = plan_from_dict(r.plan)
+    assert len(plan.stages) <= max_stages
+    assert evaluate(problem, plan).objectives() == r.objectives
+    assert r.objectives["period_ms"] == pytest.approx(brute_force.optimum(problem, "period", max_stages=max_stages),
+                                                      rel=1e-6)
 
 
 def test_inception_v1_under_the_quick_limits_gets_near_its_optimum():

@@ -2,11 +2,13 @@
 
 Every measured run whose mapping the block profiles can express is predicted by the one
 evaluator and compared with the measurement: pipelined period, latency and energy within 10%.
-Runs outside the model's domain are marked with the reason; the few known misses inside it
-are strict xfails (if the model starts matching them, the test says so).
+Runs outside the model's domain (no block profile of a PU they use) cannot be predicted and are
+refused with an InputError naming the PU; the few known misses inside it are strict xfails (if
+the model starts matching them, the test says so).
 """
 import pytest
 
+from pipeplan.core.errors import InputError
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.frequencies import plan_for
 from pipeplan.instances.catalog import load_mapping
@@ -55,12 +57,11 @@ def _params():
     out = []
     for run in RUNS:
         graph = run.instance.split("/")[-1]
+        if (graph, run.mapping) in KNOWN:         # out of the domain: test_out_of_domain_runs_are_refused
+            continue
         for metric in ("period", "latency", "energy"):
-            # out-of-domain runs may land inside 10% by chance (not strict); known misses are strict
-            domain = KNOWN.get((graph, run.mapping))
             miss = KNOWN_METRIC.get((graph, run.mapping, run.freq, metric))
-            marks = ([pytest.mark.xfail(reason=domain, strict=False)] if domain
-                     else [pytest.mark.xfail(reason=miss, strict=True)] if miss else [])
+            marks = [pytest.mark.xfail(reason=miss, strict=True)] if miss else []
             out.append(pytest.param(run, metric, id=f"{run.label}:{metric}", marks=marks))
     return out
 
@@ -76,6 +77,24 @@ def test_measured_run_within_10_percent(run, metric):
     predicted = {"period": ev.period_ms, "latency": ev.latency_ms, "energy": ev.energy_mj}[metric]
     measured = {"period": run.period_ms, "latency": run.latency_ms, "energy": run.energy_mj}[metric]
     assert abs(predicted / measured - 1) <= TOL, f"{metric}: predicted {predicted:.1f}, measured {measured:.1f}"
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if (r.instance.split("/")[-1], r.mapping) in KNOWN],
+                         ids=lambda r: r.label)
+def test_out_of_domain_runs_are_refused(run):
+    """Google and Alex have no NPU block profile: their all-NPU runs are refused by name, not
+    predicted (they had been non-strict xfails, which hid any other error and any pass)."""
+    assert "N" not in load_mapping(run.instance).profile.pus
+    with pytest.raises(InputError, match=r"unknown PU 'N' \(PUs: L, B, G\)"):
+        _predict(run)
+
+
+def test_every_known_case_is_a_measured_run():
+    """A key of KNOWN or KNOWN_METRIC that names no run (a typo, a re-measured run) marks nothing."""
+    runs = {(r.instance.split("/")[-1], r.mapping) for r in RUNS}
+    freqs = {(r.instance.split("/")[-1], r.mapping, r.freq) for r in RUNS}
+    assert set(KNOWN) <= runs
+    assert {k[:3] for k in KNOWN_METRIC} <= freqs
 
 
 def test_googlenet_pipelined_headline():

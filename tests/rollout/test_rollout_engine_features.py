@@ -11,7 +11,6 @@ running) / (max_new x running) (it never decays back: its initial and minimal va
 """
 import dataclasses
 import math
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -329,11 +328,11 @@ def test_many_replicas_cost_a_heap_not_a_scan():
     earliest, and each group completion had made every idle one decide after such a scan
     (51-57 s; 7-8x per doubling of both). The clock is now a heap and the idle replicas with
     nothing queued decide their empty decisions together: the same figures as the scan gave,
-    its 314,981 decisions (empty ones included) among them, in well under a second."""
+    its 314,981 decisions (empty ones included) among them, in well under a second (a speed
+    goal: the suite's --durations shows it; no wall-time assert here)."""
     p = with_engine(preset_round("lsat-ar", 250), replicas=2000)
-    start = time.perf_counter()
     s = run(p, "fifo")
-    assert time.perf_counter() - start < 10
+    assert check(p, s) == []
     assert s.decisions == 314_981
     assert s.metrics()["train_end_s"] == pytest.approx(1586.757604999, rel=1e-12)
 

@@ -84,7 +84,7 @@ def test_same_seed_same_front_and_never_worse_than_pipeline_dp():
 def test_registered_as_heuristic_needing_pymoo():
     info = get_solver("mapping", "nsga2")
     assert not info.exact and info.requires == ("pymoo",)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"objectives must be two or three distinct .*got \('period',\)"):
         info.func(TINY["tiny/chain4-2pu"], objectives=("period",))
 
 

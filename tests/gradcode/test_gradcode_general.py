@@ -127,7 +127,7 @@ def test_speed_loads_follow_speed_within_capacities():
     loads = speed_loads(p)
     assert loads.sum() == 12 and (loads <= load_limits(p)).all() and (loads >= 1).all()
     assert loads[0] >= loads[2] >= loads[4] and loads[1] >= loads[3] >= loads[5]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"the capacities hold 4 partition copies, fewer than \(s\+1\) k = 6"):
         speed_loads(GradCodeProblem("short", 3, 1, 3, (1.0,) * 3, (0.1,) * 3, (1, 1, 2)))
     assert cyclic_fill([2, 2, 2], 3).sum(axis=0).tolist() == [2, 2, 2]
 
@@ -150,7 +150,7 @@ def test_online_rule_stops_at_the_first_decoding_prefix_and_never_after_the_team
     assert (online <= np.sort(T, axis=1)[:, p.n - p.s - 1] + 1e-12).all()    # the count rule's step
     again = code_from_dict(code.to_dict())
     assert again.same_as(code) and again.stop == "decodable"
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match=r"stop: expected .*got .soon."):
         code_from_dict({**code.to_dict(), "stop": "soon"})
 
 

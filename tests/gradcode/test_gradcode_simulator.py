@@ -162,5 +162,5 @@ def test_stratified_delays_match_the_model_closely():
     D = stratified_delays(model, [0.25, 0.5], 64, np.random.default_rng(0))
     assert ((D > 0).sum(axis=0) == [16, 32]).all()                  # exactly p * count stragglers
     assert D[:, 1].sum() / 32 == pytest.approx(2.0, rel=0.1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="stratified sampling needs an independent model, not 'markov'"):
         stratified_delays(StragglerModel(kind="markov"), [0.2], 8, np.random.default_rng(0))

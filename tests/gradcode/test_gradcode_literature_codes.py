@@ -127,5 +127,5 @@ def test_new_schemes_build_and_solve_through_the_registry():
     assert opt.quality.value == "feasible" and opt.plan["decoder"] == "lstsq" and "approximate" in opt.message
     assert opt.plan["verification"]["mean_error"] < a.plan["verification"]["mean_error"]
     assert build("approx", 12, 2, decoder="linear").decoder == "linear"
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="only pgc-cr and approx take a decoder choice, not cyclic-mds"):
         build("cyclic-mds", 12, 2, decoder="linear")

@@ -60,7 +60,7 @@ def test_synthetic_instance_has_the_size_asked_and_is_seeded():
     assert any(g.out_degree(u) > 1 for u in g)                       # parallel branches
     npu = p.profile.time_ms["N"]["max"]
     assert None in npu and all(t is not None for t in p.profile.time_ms["B"]["max"])
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="n_units: need at least two units, got 1"):
         synthetic_mapping(1)
 
 

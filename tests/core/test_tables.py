@@ -22,9 +22,9 @@ def test_markdown_table_default_and_aligned():
     assert markdown_table(("system", "size", "gap"), [("m", "2,000", "0.010")], align="lrr") == [
         "| system | size | gap |", "|---|---:|---:|", "| m | 2,000 | 0.010 |"]
     assert markdown_table(("a",), []) == ["| a |", "|---|"]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"align 'l': need one of l/r per column \(2\)"):
         markdown_table(("a", "b"), [], align="l")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"align 'c': need one of l/r per column \(1\)"):
         markdown_table(("a",), [], align="c")
 
 

@@ -289,17 +289,27 @@ def test_study_steps_are_refused_from_an_estimate_before_any_work(steps, env, ne
 
 @pytest.mark.parametrize("solver, params", [("cr", {}), ("pgc-cr", {}), ("cyclic-mds", {}), ("approx", {}),
                                             ("hetero-aware", {})])
-def test_registry_solvers_of_least_squares_codes_refuse_past_the_size_at_once(solver, params):
+def test_registry_solvers_of_least_squares_codes_refuse_past_the_size_at_once(solver, params, monkeypatch):
     """What `gradcode place` refuses, `bench` and the Python API refuse too: the run ends at once
     as an error naming the limit, where it had decoded for minutes past its time limit (bench
-    kills a run only at limit x 1.1 + 10 s)."""
+    kills a run only at limit x 1.1 + 10 s). "At once": no least-squares solve, SVD or
+    pseudo-inverse runs before the refusal (each is made to fail here, which would change the
+    message), rather than a wall-time threshold."""
+    import numpy as np
+
     import pipeplan
     from pipeplan.core.result import Termination
     from pipeplan.formulations.gradcode.problem import homogeneous_problem
 
-    r = pipeplan.solve(homogeneous_problem(2_100, 2), solver, time_limit=2, **params)
+    def decoded(*a, **k):
+        raise AssertionError("decoded before the size was refused")
+
+    with monkeypatch.context() as m:
+        for name in ("lstsq", "svd", "pinv"):
+            m.setattr(np.linalg, name, decoded)
+        r = pipeplan.solve(homogeneous_problem(2_100, 2), solver, time_limit=2, **params)
     assert r.termination == Termination.ERROR and r.plan is None
-    assert "at most 2,048 workers, got n = 2,100" in r.message and r.wall_time_s < 1
+    assert "at most 2,048 workers, got n = 2,100" in r.message, r.message
     fits = pipeplan.solve(homogeneous_problem(12, 2), solver, time_limit=2, **params)
     assert fits.termination != Termination.ERROR and fits.plan is not None, fits.message
 

@@ -163,6 +163,7 @@ def test_random_tiny_chains_match_brute_force(seed):
     for objective in ("period", "energy_ss"):
         r = pipeplan.solve(problem, "cpsat", objective=objective, dvfs=True, time_limit=30)
         assert r.quality is Quality.PROVEN_OPTIMAL, r.message
+        assert evaluate(problem, plan_from_dict(r.plan)).objectives() == r.objectives     # re-scored, levels too
         tol = SS_GAP if objective == "energy_ss" else 1e-6
         assert r.objectives[KEY[objective]] == pytest.approx(best(plans, objective), rel=tol)
 

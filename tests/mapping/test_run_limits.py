@@ -28,7 +28,7 @@ from pipeplan.deploy import manifest as manifest_module
 from pipeplan.deploy.executor import OVERSUBSCRIPTION, frame_inputs, run_export
 from pipeplan.deploy.manifest import DTYPES, MANIFEST_FILE, TensorSpec, load_manifest
 from pipeplan.profiles.random_feeds import DRAW_BYTES, DRAW_CHUNK
-from tests.cli_helpers import ROOT, assert_input_error, run_cli
+from tests.cli_helpers import ROOT, assert_input_error
 
 GOOD = ROOT / "tests" / "bad_inputs" / "good" / "manifest"
 CORPUS = ROOT / "tests" / "bad_inputs" / "manifest"
@@ -251,18 +251,25 @@ def test_the_time_limit_covers_loading_and_creating_the_sessions(tmp_path, monke
 
 # ------------------------------------------------------------------------------------ threads
 
-def test_more_threads_than_the_host_takes_are_refused_before_any_session(tmp_path):
+def test_more_threads_than_the_host_takes_are_refused_before_any_session(tmp_path, monkeypatch):
     """100 PUs of 8 threads (each within the 4-per-CPU rule on two CPUs) had run 800 threads,
-    whose sessions took over 60 s to create: the whole run is held to the rule."""
+    whose sessions took over 60 s to create: the whole run is held to the rule, before any
+    session is made (making one fails the test)."""
     cpus = os.cpu_count() or 1
     threads = min(8, OVERSUBSCRIPTION * cpus)
     pus = max(100, OVERSUBSCRIPTION * cpus // threads + 1)
     folder = export(tmp_path / "export", groups=pus, pus=pus, threads=threads)
-    began = time.monotonic()
-    proc = run_cli("run", folder, "--frames", 2)
-    assert_input_error(proc, "manifest.json", "pus", f"{pus * threads} threads to run it",
-                       f"host with {cpus} CPUs")
-    assert time.monotonic() - began < 30
+
+    def session(*a, **k):
+        raise AssertionError("a session was made before the thread count was refused")
+
+    with monkeypatch.context() as m:
+        m.setattr(executor_module, "make_session", session)
+        with pytest.raises(InputError) as info:
+            run_export(folder, frames=2)
+    err = info.value
+    assert err.source.endswith("manifest.json") and err.field == "pus", err.one_line()
+    assert f"{pus * threads} threads to run it" in err.message and f"host with {cpus} CPUs" in err.message
 
 
 def test_an_export_within_the_host_runs_as_before(tmp_path):

@@ -1,6 +1,7 @@
 """Solver failures become results with status error and the message, never a crash of the
 command: a CP-SAT model the library rejects, HiGHS (and CBC) missing, an exception inside pymoo.
-The failures are real library failures or the library's own failure paths, not mocked solvers."""
+CP-SAT's rejection is its own MODEL_INVALID status, forced by replacing CpSolver.Solve (only the
+error path is exercised: no result of the replaced solver is counted as a solve)."""
 import json
 
 import pulp
@@ -13,9 +14,10 @@ from pipeplan.formulations.gradcode.problem import homogeneous_problem
 from pipeplan.instances.rollout import load_instance as load_rollout
 from tests.helpers import tiny_problem
 
-# A mapping problem CP-SAT rejects: times of 1e15 ms had overflowed its integer model, but the
-# profile limits now refuse them (1e7 ms at most), so CP-SAT answers MODEL_INVALID here, its own
-# status for a model it rejects
+# Times of 1e15 ms had overflowed CP-SAT's integer model, but the profile limits now refuse them
+# (1e7 ms at most), so no loadable problem makes CP-SAT reject its model: this one it solves
+# (period 1 ms), and the tests below make CpSolver.Solve answer MODEL_INVALID, its own status for
+# a model it rejects
 TINY = tiny_problem({"A": [3.0, 1.0], "B": [1.0, 3.0]}, name="tiny-invalid")
 
 

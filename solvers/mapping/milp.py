@@ -72,12 +72,14 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": max_stages,
               "node_limit": node_limit, "nodes": 0}
     warm_start = warm_start or None
+    if warm_start is not None and max_stages is not None and len(warm_start.stages) > max_stages:
+        warm_start = None            # not a plan of this model: the heuristics' plan instead
     # what comes back if time runs out first (none under epsilon bounds, which it need not meet)
     fallback_plan = None
     if (time_limit is not None or node_limit is not None) and not bounds:
         left = search.remaining()
         fallback_plan = warm_start or best_heuristic_plan(problem, objective,
-                                                          Deadline(None if left is None else left / 2))
+                                                          Deadline(None if left is None else left / 2), max_stages)
 
     def fallback(notes: list[str], why: str = "time") -> SolveResult:
         """Out of time (or nodes) without a MILP solution: the warm start, else the best heuristic plan."""

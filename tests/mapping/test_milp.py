@@ -65,6 +65,21 @@ def test_max_stages(name, max_stages):
     assert close(evaluate(problem, plan).period_ms, brute_force.optimum(problem, "period", max_stages=max_stages))
 
 
+@pytest.mark.parametrize("solver", ["milp", "cpsat"])
+@pytest.mark.parametrize("name", ["tiny/diamond-3pu", "tiny/module5-3pu"])
+def test_a_run_out_of_time_keeps_to_max_stages(solver, name):
+    """10 ms is too little to load the model: the plan that comes back is the fallback, which had
+    been the heuristics' 3-stage plan under max_stages=1. Whatever path the run takes, its plan
+    has at most max_stages stages and the evaluator's figures."""
+    problem = TINY[name]
+    r = pipeplan.solve(problem, solver, max_stages=1, time_limit=0.01)
+    assert r.plan is not None, r.message
+    plan = plan_from_dict(r.plan)
+    assert len(plan.stages) == 1
+    assert evaluate(problem, plan).objectives() == pytest.approx(r.objectives, rel=1e-12)
+    assert r.objectives["period_ms"] >= brute_force.optimum(problem, "period", max_stages=1) * (1 - 1e-9)
+
+
 @pytest.mark.parametrize("name", ["tiny/diamond-3pu", "tiny/module5-3pu", "tiny/chain5-3pu"])
 def test_epsilon_bounds(name):
     problem = TINY[name]

@@ -418,7 +418,7 @@ def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective
     caps = caps_of(problem, bounds)
     key = KEYS[objective]
     left = search.remaining()
-    incumbent = warm_start or best_heuristic_plan(problem, goal, Deadline(None if left is None else left / 4))
+    incumbent = warm_start or best_heuristic_plan(problem, goal, Deadline(None if left is None else left / 4), max_stages)
     answer = None
     if dvfs:             # the max-frequency optimum: a quick incumbent
         top = ChainProgram(problem, backend=backend, dvfs=False, max_stages=max_stages, deadline=Deadline(

@@ -90,3 +90,20 @@ def test_inception_v1_under_the_quick_limits_gets_near_its_optimum():
     assert found[1500].params["warm_start"].startswith("heuristics, then nsga2")
     for r in found.values():        # the certified bound stays below the proven optimum
         assert r.bound["period_ms"] <= 13.142 and math.isfinite(r.gap)
+
+
+@pytest.mark.parametrize("name", ["khadas-vim3/Alex", "khadas-vim3/MobileV1"])
+def test_the_chain_models_start_from_a_plan_within_max_stages(name):
+    """On block chains the exact solvers run the chain models from the heuristics' best plan.
+    That plan had been made without ``max_stages`` (a pipeline of several stages), so under
+    ``max_stages=1`` the search set it aside and, stopped by its work limit at once, returned no
+    plan. Now the start keeps to the cap: a one-stage plan, re-scored by the evaluator, no better
+    than the MILP's proven optimum under the same cap."""
+    problem = load_mapping(name)
+    exact = pipeplan.solve(problem, "milp", time_limit=60, threads=1, seed=0, max_stages=1)
+    assert exact.quality == Quality.PROVEN_OPTIMAL
+    cut = pipeplan.solve(problem, "cpsat", time_limit=60, work_limit=1e-6, threads=1, seed=0, max_stages=1)
+    assert cut.quality == Quality.FEASIBLE and cut.stopped_by == "work"
+    plan = plan_from_dict(cut.plan)
+    assert len(plan.stages) == 1 and evaluate(problem, plan).objectives() == cut.objectives
+    assert cut.objectives["period_ms"] >= exact.objectives["period_ms"] * (1 - 1e-9)

@@ -51,8 +51,10 @@ def test_no_solver_swallows_keywords():
     for system in SYSTEMS:
         for s in solvers(system):
             assert all(p.name.isidentifier() for p in s.params.values())
-            with pytest.raises(InputError):
+            with pytest.raises(InputError) as err:
                 s.check_params({"surely_not_a_parameter": 1})
+            assert err.value.field == "surely_not_a_parameter" and err.value.source == f"solver {system}/{s.name}"
+            assert f"{s.name} has no parameter of this name" in err.value.message
 
 
 def test_bench_suite_parameters_are_checked_when_the_suite_is_planned():
@@ -100,8 +102,9 @@ def test_bench_suite_parameter_values_are_checked_when_the_suite_is_planned(syst
         plan_runs(suite, source="my.toml")
     assert err.value.source == f"my.toml: {system}[0].params" and err.value.field == next(iter(params))
     assert "\n" not in err.value.one_line() and len(err.value.one_line()) < 300
-    with pytest.raises(InputError):          # pipeplan.solve checks the same way
+    with pytest.raises(InputError) as direct:          # pipeplan.solve checks the same way
         get_solver(system, solver).check_params(params)
+    assert direct.value.field == err.value.field and direct.value.message == err.value.message
 
 
 def test_shipped_suites_parameters_pass_the_check():

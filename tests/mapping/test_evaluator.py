@@ -74,8 +74,9 @@ def test_checker_lists_every_violation():
     assert "unknown PU 'Z'" in text
     assert "goes backwards" in text
     assert "serves stages 0 and 1" in text
-    with pytest.raises(InfeasiblePlan):
+    with pytest.raises(InfeasiblePlan) as err:
         evaluate(p, plan)
+    assert err.value.problems == bad          # the evaluator refuses the plan for what the checker finds
 
 
 def test_unit_that_cannot_run_on_pu():

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pipeplan
+from pipeplan.app.limits import SLACK_FACTOR, SLACK_S
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.rollout.bounds import train_end_lower_bound
@@ -465,7 +466,8 @@ def test_long_responses_keep_the_time_limit(monkeypatch):
     monkeypatch.setattr(StepTimeline, "step_times", timed)
     began = time.perf_counter()
     r = pipeplan.solve(p, "step-plan", time_limit=0.3)
-    assert all(end - began <= 0.3 for end in ends) and time.perf_counter() - began <= 0.3 * 1.1 + 0.1
+    # every timeline within the limit; the run as a whole within what `pipeplan limits` promises
+    assert all(end - began <= 0.3 for end in ends) and time.perf_counter() - began <= 0.3 * SLACK_FACTOR + SLACK_S
     assert r.termination.value == "time_limit" and check(p, replay(p, r.plan)) == []
 
 

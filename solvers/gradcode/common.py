@@ -15,6 +15,22 @@ from pipeplan.formulations.gradcode.verifier import Verification, verify
 # on more than a token set of stragglers, still comes back in time.
 RESCORE_S = 0.1
 RESCORE_S_PER_WORKER = 1.2e-3
+# The CP-SAT models (``cpsat``, ``general``'s team model) count time in whole microseconds. Within
+# the input limits a step reaches 1e16 s (10,000 partitions of 1e6 s on a worker of speed 1e-6)
+# and a pareto delay about 1e44 s: in microseconds that had been "model invalid" (past 64-bit
+# integers) and, at 1e12 s steps on gradcode/hetero-n6-s1's shape, a wrong INFEASIBLE from CP-SAT
+# (a feasible model whose step times reach about 1e11 units). Where a step could exceed
+# MAX_STEP_UNITS (the shipped instances' reach 4.3e7) the unit is made coarser
+# (``units_per_second``); the code is re-scored in seconds as always.
+US = 1_000_000
+MAX_STEP_UNITS = 10 ** 8
+
+
+def units_per_second(step_s: float) -> float:
+    """Model time units per second: microseconds, or fewer where a step time of up to ``step_s``
+    seconds would pass ``MAX_STEP_UNITS``."""
+    most = float(step_s)
+    return float(US) if most * US <= MAX_STEP_UNITS else MAX_STEP_UNITS / most
 
 
 def search_deadline(time_limit: float | None, problem: GradCodeProblem) -> Deadline:

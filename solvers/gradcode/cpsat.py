@@ -20,9 +20,8 @@ from pipeplan.core.vocabulary import GradcodeAxis
 from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit, remaining, set_limits, stopped_by, work_done
 from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
 from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
-from pipeplan.solvers.gradcode.common import search_deadline
+from pipeplan.solvers.gradcode.common import search_deadline, units_per_second
 
-US = 1_000_000
 # CP-SAT loads and presolves a large model past its own time limit: measured 5.7 s on a model
 # built in 13.3 s (n = 200). Its limit is cut by this share of the build time.
 LOAD_PER_BUILD = 0.5
@@ -39,6 +38,8 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
         return BackendAnswer("infeasible", None, None, None)
     m = cp_model.CpModel()
     total = cp_model.LinearExpr.sum
+    R = data.scenarios.shape[0]
+    US = units_per_second((data.c * Q + data.scenarios.max(axis=0, initial=0.0)).max(initial=0.0))
     c = np.round(data.c * US).astype(np.int64)
     x = {}
     for i in range(n):          # group g's members are workers g..n-1 (groups labelled by their first member)
@@ -76,7 +77,6 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     work = {(i, g): int(c[i]) if p.pipelined else int(c[i]) * q[g] for (i, g) in x}
     # expected step time on the scenarios: y_r >= the reply of one witness member per used group
     D = np.round(data.scenarios * US).astype(np.int64)
-    R = D.shape[0]
     top = int((c * Q + D.max(axis=0)).max())
     y = [m.new_int_var(0, top, f"y{r}") for r in range(R)]
     for r in range(R):

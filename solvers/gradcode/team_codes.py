@@ -33,8 +33,8 @@ from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.placement import pipelined
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
 from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, work_done
+from pipeplan.solvers.gradcode.common import units_per_second
 
-US = 1_000_000
 # The team model has a literal per worker and slot (n x G x teams, G up to n / (s + 1)): at
 # n = 2,000, s = 2 that is 5.3 million, and building them alone ran past a 3 s limit by
 # minutes (more than 300 s, gigabytes). Above this many the search is skipped.
@@ -98,7 +98,9 @@ def solve_teams(problem: GradCodeProblem, scenarios: np.ndarray, *, deadline: De
         return [], "infeasible", None
     m = cp_model.CpModel()
     total = cp_model.LinearExpr.sum
-    c = np.round(problem.partition_time_s / np.asarray(problem.speeds, dtype=np.float64) * US).astype(np.int64)
+    c_s = problem.partition_time_s / np.asarray(problem.speeds, dtype=np.float64)
+    US = units_per_second((c_s * L).max() + scenarios.max(initial=0.0))
+    c = np.round(c_s * US).astype(np.int64)
     D = np.round(scenarios * US).astype(np.int64)
     slots = [(b, t) for b in range(G) for t in range(teams)]
     if n * len(slots) > MAX_TEAM_LITERALS:

@@ -37,6 +37,12 @@ FEW_REPLICAS = 16
 # token end near 5e17 s, where one ulp is 64 s), so the checker compares times within a tolerance
 # relative to their magnitude (``checker.REL_TOL``), not a fixed number of seconds
 MAX_SECONDS = 1e6
+# the least seconds a decode step's fixed cost ``c0_s`` may take: the offline planners divide by
+# it (CP-SAT's time unit is c0_s / 1000 on a linear engine, step-plan counts the steps that fit a
+# time): at c0_s = 5e-324 (a denormal) the unit had been 0 (a ZeroDivisionError) and at 1e-300
+# beside a 1e6 s trainer the quotients infinite (an OverflowError), both ending `rollout optimum`
+# with exit 1. A picosecond is far below any engine (the paper's take about 10 ms)
+MIN_C0_S = 1e-12
 # the most tokens (or sequences, steps) an integer field may hold: the offline CP-SAT model sums
 # them over every request in 64-bit integers (kv_capacity_tokens=1e23 failed there as "Unable to
 # cast"), and step-plan's timeline holds arrays over every decode step
@@ -173,6 +179,8 @@ class EngineModel:
         _positive(source, "engine.max_num_seqs", self.max_num_seqs, integer=True)
         _positive(source, "engine.kv_capacity_tokens", self.kv_capacity_tokens, integer=True)
         _positive(source, "engine.c0_s", self.c0_s, seconds=True)
+        if self.c0_s < MIN_C0_S:
+            raise InputError(source, "engine.c0_s", f"must be at least {MIN_C0_S:g} s, got {self.c0_s!r}")
         for name in ("c1_s", "c2_s", "prefill_s", "prefill_s_per_token"):
             _positive(source, f"engine.{name}", getattr(self, name), zero_ok=True, seconds=True)
         if self.kv_mode not in KV_MODES:

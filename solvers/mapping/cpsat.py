@@ -158,7 +158,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
         model.add_lower_bound(objective, lower.value)
         for axis, value in (bounds or {}).items():
             name = axis.split("_")[0]
-            model.add_upper_bound(name, to_model(name, value))
+            model.add_upper_bound(name, to_model(name, value, model.escale))
         if not shared_pus:
             model.hint(start_plan)
         search.check()
@@ -186,7 +186,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
                            message="no plan meets the constraints" + (f" {bounds}" if bounds else ""))
     best = lower
     if bound is not None and not proven:   # CP-SAT's bound less the model's rounding, or the certified one
-        own = bound_from_model(objective, bound, model.slack[objective])
+        own = bound_from_model(objective, bound, model.slack[objective], model.escale)
         if own > best.value:
             best = Bound(own, "CP-SAT bound")
     result = scored_result(problem, "cpsat", outcome.plan, objective=objective,
@@ -261,9 +261,10 @@ def _by_configurations(problem, objective, start_plan, lower, search, *, seed, t
     if found.proven and tie_break and not search.expired() and (left_work is None or left_work >= MIN_WORK):
         try:
             model = PuStageCpModel(problem, max_stages=params["max_stages"], deadline=search)
-            model.add_upper_bound(objective, to_model(objective, found.upper) + math.ceil(model.slack[objective]))
+            model.add_upper_bound(objective, to_model(objective, found.upper, model.escale)
+                                  + math.ceil(model.slack[objective]))
             for k, value in (eps or {}).items():
-                model.add_upper_bound(k.split("_")[0], to_model(k.split("_")[0], value))
+                model.add_upper_bound(k.split("_")[0], to_model(k.split("_")[0], value, model.escale))
             model.hint(plan)
             left = search.remaining(floor=0.05)
             share = max(TIE_BREAK_MIN_S, params["search_s"])     # the tie-break may not dwarf the proof

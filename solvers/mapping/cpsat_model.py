@@ -51,25 +51,32 @@ if TYPE_CHECKING:
 
 US = 1000.0      # model time unit: 1 us = 1e-3 ms
 NJ = 1000.0      # model energy unit: 1 nJ; ms x mW = uJ, so x 1000
+# The most a plan's energy may reach in model units (the energy variable's domain). A profile at
+# its limits (1e7 ms at 1e9 mW: 1e19 nJ a unit) passes it, and 64-bit integers: OR-Tools had
+# refused the model with a TypeError. Where the largest energy could pass this, the model counts
+# energy in coarser units (``CpModelBase.escale`` units per uJ, below NJ; the plans are re-scored
+# by the evaluator, and ``slack`` covers the coarser rounding).
+MAX_ENERGY_UNITS = 10**15
 
 
-def to_model(axis: str, value: float) -> int:
-    """A value in ms (or mJ) in the model's integer units, rounded down (for <= bounds)."""
-    scale = US if axis != "energy" else NJ * 1000.0
+def to_model(axis: str, value: float, escale: float = NJ) -> int:
+    """A value in ms (or mJ) in the model's integer units, rounded down (for <= bounds);
+    ``escale``: the model's energy units per uJ (``CpModelBase.escale``)."""
+    scale = US if axis != "energy" else escale * 1000.0
     return int(value * scale + 1e-6)
 
 
-def from_model(axis: str, value: float) -> float:
-    scale = US if axis != "energy" else NJ * 1000.0
+def from_model(axis: str, value: float, escale: float = NJ) -> float:
+    scale = US if axis != "energy" else escale * 1000.0
     return value / scale
 
 
-def bound_from_model(axis: str, bound: float, slack: float = 0.0) -> float:
+def bound_from_model(axis: str, bound: float, slack: float = 0.0, escale: float = NJ) -> float:
     """CP-SAT's best bound of ``axis`` (model units) as a lower bound in ms (or mJ), never
     rounded up: whole model units up (every model value is an integer), less ``slack`` model
     units (the rounding of the model's times, ``MappingCpModel.slack``), the quotient rounded
     down to the float below when the division rounded it up."""
-    scale = US if axis != "energy" else NJ * 1000.0
+    scale = US if axis != "energy" else escale * 1000.0
     units = max(0.0, math.ceil(bound - 1e-6) - slack)
     value = units / scale
     return math.nextafter(value, -math.inf) if value * scale > units else value
@@ -95,6 +102,7 @@ class CpModelBase:
         self.deadline = deadline or Deadline(None)
         self.problem = problem
         self.tick = US                  # model time units per ms
+        self.escale = NJ                # model energy units per uJ (``energy_terms`` may lower it)
         prof = problem.profile
         self.pus = list(prof.pus)
         self.units = [u.name for u in problem.units]
@@ -125,13 +133,14 @@ class CpModelBase:
         for table in (prof.input_stage, prof.output_stage):
             time_err += max((err(round(ph.time_ms * US), ph.time_ms * US)
                              for p in self.pus if (ph := table.get(p, {}).get(top[p]))), default=0.0)
-        energy_err = sum(err(round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ),
-                             prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ)
+        e = self.escale
+        energy_err = sum(err(round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * e),
+                             prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * e)
                          for u in self.units for p in runnable[u])
         energy_err += 1.0 + 0.5 * sum(len(x) for x in xfer)   # the input and output phases, the handoffs
         if prof.power_model == "per_pu":
             for p in self.pus:
-                idle = prof.pus[p].idle_power_mw
+                idle = prof.pus[p].idle_power_mw * e / NJ
                 if idle:
                     energy_err += err(round(idle), idle) * self.horizon + 2 * round(idle) * time_err
         return {"period": time_err, "latency": time_err, "energy": energy_err}
@@ -144,14 +153,23 @@ class CpModelBase:
         prof, idx = self.problem.profile, self.problem.index
         first, last = self.units[0], self.units[-1]
         top = {p: prof.pus[p].max_level for p in self.pus}
-        terms = [round(prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p]) * NJ) * self.on[(u, p)]
-                 for u in paced(self.units, self.deadline) for p in runnable[u]]
-        terms += [round(t_in[p][1] * NJ) * self.on[(first, p)] for p in runnable[first]]
-        terms += [round(t_out[p][1] * NJ) * self.on[(last, p)] for p in runnable[last]]
-        terms += [round(handoff_ms[key] * prof.transfers.power_mw * NJ) * h for key, h in handoff.items()]
+        unit_uj = {(u, p): prof.time(idx[u], p, top[p]) * prof.power(idx[u], p, top[p])
+                   for u in paced(self.units, self.deadline) for p in runnable[u]}
+        # the most any plan's energy reaches, in nJ: every unit at its dearest PU, every handoff
+        most = NJ * (sum(max(unit_uj[(u, p)] for p in runnable[u]) for u in self.units)
+                     + max((t_in[p][1] for p in runnable[first]), default=0.0)
+                     + max((t_out[p][1] for p in runnable[last]), default=0.0)
+                     + sum(t * prof.transfers.power_mw for t in handoff_ms.values()))
         if prof.power_model == "per_pu":
-            terms += [round(prof.pus[p].idle_power_mw) * (self.period - busy[p])
-                      for p in self.pus if prof.pus[p].idle_power_mw]
+            most += sum(prof.pus[p].idle_power_mw for p in self.pus) * self.horizon
+        self.escale = e = NJ if most <= MAX_ENERGY_UNITS else NJ * MAX_ENERGY_UNITS / most
+        terms = [round(uj * e) * self.on[key] for key, uj in unit_uj.items()]
+        terms += [round(t_in[p][1] * e) * self.on[(first, p)] for p in runnable[first]]
+        terms += [round(t_out[p][1] * e) * self.on[(last, p)] for p in runnable[last]]
+        terms += [round(handoff_ms[key] * prof.transfers.power_mw * e) * h for key, h in handoff.items()]
+        if prof.power_model == "per_pu":
+            terms += [round(prof.pus[p].idle_power_mw * e / NJ) * (self.period - busy[p])
+                      for p in self.pus if round(prof.pus[p].idle_power_mw * e / NJ)]
         return terms
 
     # ------------------------------------------------------------------ solving
@@ -162,7 +180,7 @@ class CpModelBase:
     def add_lower_bound(self, axis: str, value: float) -> None:
         """A certified lower bound ``value`` (ms or mJ, for the evaluator's values) as a cut:
         the model value may lie ``slack`` below the evaluator's, so the cut is that much lower."""
-        units = int(math.floor(value * (US if axis != "energy" else NJ * 1000.0) - self.slack[axis] - 1))
+        units = int(math.floor(value * (US if axis != "energy" else self.escale * 1000.0) - self.slack[axis] - 1))
         if units > 0:
             self.m.Add(self.vars[axis] >= units)
 
@@ -329,7 +347,7 @@ class MappingCpModel(CpModelBase):
 
         # --- energy (nJ)
         energy_terms = self.energy_terms(runnable, t_in, t_out, handoff, handoff_ms, busy)
-        self.energy = m.NewIntVar(0, 10**15, "energy")  # 1e15 nJ = 1 MJ per frame: no real bound
+        self.energy = m.NewIntVar(0, MAX_ENERGY_UNITS, "energy")  # every plan's energy (``energy_terms``)
         m.Add(self.energy == sum(energy_terms))
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}
         self.slack = self.rounding_slack(runnable, xfer, t_in, t_out, top)

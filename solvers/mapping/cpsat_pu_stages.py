@@ -47,7 +47,7 @@ from pipeplan.formulations.mapping.bounds import ProblemArrays, identical_pus, p
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.common import paced, transfer_times
-from pipeplan.solvers.mapping.cpsat_model import US, CpModelBase
+from pipeplan.solvers.mapping.cpsat_model import MAX_ENERGY_UNITS, US, CpModelBase
 
 CAP_TICK = 100 * US    # capped models count time in 10 ns, so that rounding down loses little
 
@@ -211,7 +211,7 @@ class PuStageCpModel(CpModelBase):
         # --- energy (nJ)
         handoff_ms = {key: t / self.tick for key, t in handoff_us.items()}
         energy_terms = self.energy_terms(runnable, t_in, t_out, handoff, handoff_ms, busy)
-        self.energy = m.NewIntVar(0, 10**15, "energy")
+        self.energy = m.NewIntVar(0, MAX_ENERGY_UNITS, "energy")  # every plan's energy (``energy_terms``)
         m.Add(self.energy == sum(energy_terms))
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}
         self.g = g

@@ -183,7 +183,7 @@ def _build(problem, objective, cap, deadline, max_stages, eps, data):
     for k, value in (eps or {}).items():   # relaxed by the rounding: plans found are checked exactly
         axis = k.split("_")[0]
         if cap is None:
-            model.add_upper_bound(axis, to_model(axis, value) + math.ceil(model.slack[axis]))
+            model.add_upper_bound(axis, to_model(axis, value, model.escale) + math.ceil(model.slack[axis]))
         elif axis in ("period", "latency"):   # rounded down, as every time of the capped model
             model.add_upper_bound(axis, math.floor(value * CAP_TICK))
         else:
@@ -213,7 +213,7 @@ def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: 
         _add_windows(m, model, windows, period_cap)
         m.Add(var <= math.floor(cap * model.tick))
     else:
-        m.Add(var <= to_model(objective, cap) + math.floor(model.slack[objective]))
+        m.Add(var <= to_model(objective, cap, model.escale) + math.floor(model.slack[objective]))
     res = model.solve(objective, time_limit=time_limit, seed=seed, threads=threads, work_limit=work_limit, model=m)
     out.work += res.work
     config.solves += 1
@@ -231,7 +231,7 @@ def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: 
         if model.capped:
             value = math.ceil(res.bound - 1e-6) / model.tick
         else:
-            value = bound_from_model(objective, res.bound, model.slack[objective])
+            value = bound_from_model(objective, res.bound, model.slack[objective], model.escale)
         config.lower = max(config.lower, value)
     if res.status == "optimal":
         config.closed = True

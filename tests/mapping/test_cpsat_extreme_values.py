@@ -1,0 +1,44 @@
+"""Mapping instances at the profile's limits (1e7 ms, 1e9 mW): the CP-SAT models must plan
+them; their energies in nanojoules had passed 64-bit integers (OR-Tools: TypeError)."""
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import pipeplan
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.instance_io import problem_from_dict
+from pipeplan.formulations.mapping.plan import plan_from_dict
+
+pytest.importorskip("ortools")
+GOOD = Path(__file__).resolve().parents[1] / "bad_inputs" / "good"
+
+
+def _at_the_limits():
+    doc = json.loads((GOOD / "diamond.json").read_text())
+    prof = json.loads((GOOD / "profile.json").read_text())
+    for table in ("time_ms", "power_mw"):
+        for pu in prof[table].values():
+            for level in pu:
+                pu[level] = [1e7 if table == "time_ms" else 1e9] * len(pu[level])
+    for phase in ("input_stage", "output_stage"):
+        for pu in prof[phase].values():
+            for level in pu.values():
+                level.update(time_ms=1e7, power_mw=1e9)
+    prof["transfers"].update(default={"fixed_ms": 1e7, "ms_per_mb": 0.0}, power_mw=1e9)
+    doc["profile"] = prof
+    return problem_from_dict(copy.deepcopy(doc), "edge.json", GOOD)
+
+
+@pytest.mark.parametrize("objective, extra", [("period", {}), ("energy", {}), ("period", {"shared_pus": True})])
+def test_cpsat_plans_at_the_profile_limits(objective, extra):
+    problem = _at_the_limits()
+    r = pipeplan.solve(problem, "cpsat", time_limit=5, seed=0, objective=objective, **extra)
+    assert r.termination.value == "optimal", r.message
+    milp = pipeplan.solve(problem, "milp", time_limit=5, seed=0, objective=objective, **extra) if not extra else r
+    key = {"period": "period_ms", "energy": "energy_mj"}[objective]
+    assert r.objectives[key] == pytest.approx(milp.objectives[key], rel=1e-4)
+    again = evaluate(problem, plan_from_dict(r.plan)).objectives()
+    assert all(math.isfinite(v) and again[k] == v for k, v in r.objectives.items() if k in again)

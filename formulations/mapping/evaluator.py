@@ -47,6 +47,7 @@ Rules, fitted to the whole-network measurements of the Khadas VIM3 board
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from pipeplan.formulations.mapping.checker import violations
@@ -81,6 +82,8 @@ class Evaluation:
 
     def to_dict(self, detail: bool = False) -> dict:
         d = asdict(self)
+        if not math.isfinite(d["throughput_fps"]):   # a period of 0 ms (or a denormal one): no
+            d["throughput_fps"] = None                # rate; JSON has no Infinity (had been printed)
         if not detail:
             for key in ("start_ms", "finish_ms", "phases_ms", "copy_ms"):
                 d.pop(key)

@@ -46,6 +46,10 @@ ETICK = 100.0           # model energy units per uJ (10 nJ): finer would only na
 SCALE = {"period": TICK, "latency": TICK, "energy": ETICK}
 MAX_ACTIVITY = 2 ** 53  # the most a scaled weighted objective may reach: exact in a double, and CP-SAT's
                         # presolve, which expands it over the options, stays within int64
+# the most a plan's energy may reach in model units: a profile at its limits (1e7 ms at 1e9 mW,
+# 1e18 units of 10 nJ a block) had passed int64 ("model invalid"); such a chain counts energy in
+# coarser units (``CpChainModel.scale["energy"]``, below ETICK)
+MAX_ENERGY_UNITS = 10 ** 15
 
 
 @dataclass
@@ -73,14 +77,18 @@ class CpChainModel:
         v = variant
         n = len(v.options)
         m = self.m = model if model is not None else cp_model.CpModel()
+        most_uj = sum(max(o.energy for o in opts) + max((e for (_, e) in arcs.values()), default=0.0)
+                      for opts, arcs in zip(v.options, v.arcs))
+        etick = ETICK if most_uj * ETICK <= MAX_ENERGY_UNITS else MAX_ENERGY_UNITS / most_uj
+        self.scale = {"period": TICK, "latency": TICK, "energy": etick}
         t_m = [[round(o.time * TICK) for o in opts] for opts in v.options]
-        e_m = [[round(o.energy * ETICK) for o in opts] for opts in v.options]
-        x_m = [{key: (round(t * TICK), round(e * ETICK)) for key, (t, e) in arcs.items()} for arcs in v.arcs]
+        e_m = [[round(o.energy * etick) for o in opts] for opts in v.options]
+        x_m = [{key: (round(t * TICK), round(e * etick)) for key, (t, e) in arcs.items()} for arcs in v.arcs]
         slack_t = sum(max(abs(tm - o.time * TICK) for tm, o in zip(t_m[i], v.options[i])) for i in range(n))
-        slack_e = sum(max(abs(em - o.energy * ETICK) for em, o in zip(e_m[i], v.options[i])) for i in range(n))
+        slack_e = sum(max(abs(em - o.energy * etick) for em, o in zip(e_m[i], v.options[i])) for i in range(n))
         slack_t += sum(max((abs(x_m[i][key][0] - t * TICK) for key, (t, _) in v.arcs[i].items()), default=0.0)
                        for i in range(n))
-        slack_e += sum(max((abs(x_m[i][key][1] - e * ETICK) for key, (_, e) in v.arcs[i].items()), default=0.0)
+        slack_e += sum(max((abs(x_m[i][key][1] - e * etick) for key, (_, e) in v.arcs[i].items()), default=0.0)
                        for i in range(n))
         self.slack = {"period": slack_t, "latency": slack_t, "energy": slack_e}
 
@@ -229,14 +237,14 @@ class CpChainModel:
         top, slack = dict(self.top), self.slack
         for axis, cap in (caps or {}).items():    # as the variable's domain (the scaling below uses it)
             room = -slack[axis] if strict else slack[axis]
-            top[axis] = min(top[axis], max(-1, math.floor(cap * SCALE[axis] + room + 1e-6)))
+            top[axis] = min(top[axis], max(-1, math.floor(cap * self.scale[axis] + room + 1e-6)))
             if top[axis] < 0:
                 return ChainOutcome("infeasible", None, None)
             capped = m.NewIntVar(0, top[axis], f"{axis}<=cap")
             m.Add(capped == var[axis])
             var[axis] = capped
         top["latency"] = min(top["latency"], self.stages * top["period"])
-        model_w = {axis: w / SCALE[axis] for axis, w in weights.items()}     # per model unit
+        model_w = {axis: w / self.scale[axis] for axis, w in weights.items()}     # per model unit
         margin = sum(abs(w) * slack[axis] for axis, w in model_w.items())   # model vs evaluator
         if window is not None:        # 1e6 P_m against share x L_m, relaxed by the slack
             lo, hi = window

@@ -42,3 +42,17 @@ def test_cpsat_plans_at_the_profile_limits(objective, extra):
     assert r.objectives[key] == pytest.approx(milp.objectives[key], rel=1e-4)
     again = evaluate(problem, plan_from_dict(r.plan)).objectives()
     assert all(math.isfinite(v) and again[k] == v for k, v in r.objectives.items() if k in again)
+
+
+@pytest.mark.parametrize("objective", ["period", "energy"])
+def test_the_chain_model_plans_at_the_profile_limits(objective):
+    # a chain goes to the chain model (cpsat_chain.py), whose 10 nJ units had passed int64 there
+    problem = _at_the_limits()
+    doc = problem.to_dict()
+    doc["graph"]["edges"] = [{"src": f"u{i}", "dst": f"u{i + 1}", "bytes": None} for i in range(3)]
+    chain = problem_from_dict(doc, "chain.json", GOOD)
+    assert chain.is_chain
+    r = pipeplan.solve(chain, "cpsat", time_limit=5, seed=0, objective=objective)
+    assert r.termination.value == "optimal", r.message
+    again = evaluate(chain, plan_from_dict(r.plan)).objectives()
+    assert all(math.isfinite(v) and again[k] == v for k, v in r.objectives.items() if k in again)

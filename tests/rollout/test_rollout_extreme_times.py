@@ -3,6 +3,7 @@ planners cannot divide by is refused; the smallest one accepted plans with finit
 import copy
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,16 @@ def test_the_smallest_decode_step_plans_finitely():
     r = pipeplan.solve(problem, "cpsat", time_limit=2, seed=0)
     # the round spans 1e24 units of c0_s / 1000: the documented error result, not a crash
     assert r.objectives or "64-bit integer time" in r.message, r.message
+
+
+def test_optimum_prints_no_nan_when_cpsat_fails(tmp_path):
+    # a round CP-SAT's integers cannot hold (the documented error result): its line had read
+    # "train end nan s, bound nan s, gap nan%"
+    from tests.cli_helpers import run_cli
+
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(_doc(1e-12, 1e6)))
+    proc = run_cli("rollout", "optimum", f, "--time-limit", "0.5", "--threads", "1")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("cpsat: error/none train end -, bound -, gap -"), proc.stdout
+    assert not re.search(r"\bnan\b", proc.stdout, re.IGNORECASE), proc.stdout

@@ -282,9 +282,12 @@ def optimum_cmd(instance: Optional[str] = INSTANCE,
     r = results["cpsat"]
     if out and r.objectives:
         write_atomic(out, r.to_json())
+
+    def shown(value, fmt: str, unit: str = "") -> str:   # a failed solve has none: "-", as in its
+        return "-" if value is None else format(value, fmt) + unit   # table row ("nan" before)
     typer.echo(f"cpsat: {r.termination.value}/{r.quality.value} train end "
-               f"{r.objectives.get('train_end_s', float('nan')):.3f} s, bound {r.bound.get('train_end_s', float('nan')):.3f} s, "
-               f"gap {r.gap if r.gap is not None else float('nan'):.2%} ({r.wall_time_s:.1f} s)\n{r.message}\n")
+               f"{shown(r.objectives.get('train_end_s'), '.3f', ' s')}, bound {shown(r.bound.get('train_end_s'), '.3f', ' s')}, "
+               f"gap {shown(r.gap, '.2%')} ({r.wall_time_s:.1f} s)\n{r.message}\n")
     typer.echo(rows_markdown(competitive_rows(results), problem.name), nl=False)
     if r.termination.value == "error":
         raise typer.Exit(1)

@@ -146,8 +146,11 @@ def analytic_bounds(problem: MappingProblem) -> dict[str, list[Bound]]:
     pus = list(prof.pus)
     t_in = _phase_min(prof.input_stage, pus)
     t_out = _phase_min(prof.output_stage, pus)
-    first = min(((ph.time_ms + (prof.time(0, p, lv) or math.inf))
-                 for p, by in prof.input_stage.items() for lv, ph in by.items()), default=fast[0])
+    def first_ms(p: str, lv: str) -> float:     # None: the first unit cannot run there; 0 ms (falsy,
+        t = prof.time(0, p, lv)                 # it had counted as that) is a unit that takes no time
+        return math.inf if t is None else t
+    first = min((ph.time_ms + first_ms(p, lv) for p, by in prof.input_stage.items() for lv, ph in by.items()),
+                default=fast[0])
     period = [Bound(max(fast), "fastest-unit"), Bound(sum(fast) / len(pus), "average-load"),
               Bound(first, "input+first")]
     finish: dict[str, float] = {}

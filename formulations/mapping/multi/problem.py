@@ -93,6 +93,7 @@ class MultiProblem:
         if len(self.networks) > MAX_NETWORKS:
             raise InputError(where, "networks", f"{len(self.networks)} networks, at most {MAX_NETWORKS}")
         seen: set[str] = set()
+        least_ms: dict[int, object] = {}     # per model: networks of one model share its problem
         for i, n in enumerate(self.networks):
             fld = f"networks[{i}]"
             if not n.name or n.name in seen:
@@ -111,6 +112,7 @@ class MultiProblem:
             for u, unit in enumerate(n.problem.units):
                 if not any(prof.can_run(u, p) for p in prof.pus):
                     raise InputError(where, f"{fld}.instance", f"no PU can run unit {unit.name} of {n.problem.name}")
+            self._check_rates(where, fld, n, least_ms)
         self._check_demands(where)
         # one SoC: a PU name means the same processor in every network's profile
         kinds: dict[str, tuple[str, str]] = {}
@@ -121,6 +123,33 @@ class MultiProblem:
                                      f"PU {p!r} is a {pu.kind} here but a {kinds[p][0]} in {kinds[p][1]}: "
                                      "the networks must be profiled on one platform")
                 kinds.setdefault(p, (pu.kind, n.name))
+
+    @staticmethod
+    def _check_rates(where: str, fld: str, n: "Network", least_ms: dict) -> None:
+        """A network's rate stays within the range its rates are given in (``REFERENCE_FPS``):
+        its least period (the analytic bound) at least 1000 / 1e6 ms, and its reference alone
+        on its best single PU, where the file gives none, from 1e-6 to 1e6 fps. Zero (or
+        denormal) times had made a rate infinite: the joint evaluator divided by zero (every
+        multi solver's result an error, exit 1)."""
+        from pipeplan.formulations.mapping.bounds import best_analytic
+        from pipeplan.formulations.mapping.multi.evaluator import reference_fps, single_pu_plans
+
+        if id(n.problem) not in least_ms:
+            least_ms[id(n.problem)] = best_analytic(n.problem)["period_ms"]
+        least = least_ms[id(n.problem)]
+        if not least.value >= 1000.0 / REFERENCE_FPS[1]:
+            raise InputError(where, f"{fld}.instance",
+                             f"{n.name}'s period may be as short as {least.value:g} ms ({least.source}): a rate "
+                             f"above {REFERENCE_FPS[1]:g} fps, which the normalised throughput cannot hold "
+                             f"(a network must take at least {1000.0 / REFERENCE_FPS[1]:g} ms a frame)")
+        if n.reference_fps is not None or not single_pu_plans(n):    # the evaluator names the latter
+            return
+        rate = reference_fps(n)
+        if not REFERENCE_FPS[0] <= rate <= REFERENCE_FPS[1]:
+            raise InputError(where, f"{fld}.reference_fps",
+                             f"not given, and alone on its best single PU {n.name} runs at {rate:g} fps, outside "
+                             f"{REFERENCE_FPS[0]:g} to {REFERENCE_FPS[1]:g} (the normalised throughput divides by "
+                             "it): give reference_fps")
 
     def _check_demands(self, where: str) -> None:
         """Deadlines and demanded rates no plan can meet, found before any solving: a network's

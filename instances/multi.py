@@ -82,7 +82,8 @@ def tiny_multi() -> list[MultiProblem]:
     ]
     # a deadline and demanded rates: half of b's rate alone, a's latency alone on A + 30%
     base = MultiProblem("tiny-multi/demands", (Network("a", ra), Network("b", rb)))
-    from pipeplan.formulations.mapping.multi.evaluator import evaluate, reference_fps, single_pu_plans
+    from pipeplan.formulations.mapping.evaluator import evaluate
+    from pipeplan.formulations.mapping.multi.problem import reference_fps, single_pu_plans
     lat_a = evaluate(ra, single_pu_plans(base.networks[0])["A"]).latency_ms
     out.append(replace(base, networks=(Network("a", ra, latency_ms=round(1.3 * lat_a, 3)),
                                        Network("b", rb, min_fps=round(0.5 * reference_fps(base.networks[1]), 3)))))

@@ -4,9 +4,9 @@ import pytest
 
 from pipeplan.core.result import Quality, Termination
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, reference_fps
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint
 from pipeplan.formulations.mapping.multi.plan import joint_plan_from_dict
-from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network, reference_fps
 from pipeplan.formulations.mapping.problem import restrict_pus
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.multi import load_multi

@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 import pipeplan.deploy.multi as multi
 from pipeplan.app.cli.main import app
-from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, single_pu_plans
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint
 from pipeplan.formulations.mapping.multi.plan import JointPlan
+from pipeplan.formulations.mapping.multi.problem import single_pu_plans
 from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.instances.multi import load_multi
 from tests.cli_helpers import assert_input_error, run_cli

@@ -9,9 +9,9 @@ import pytest
 
 from pipeplan.core.errors import InputError
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
-from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, pu_time, reference_fps, single_pu_plans
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, pu_time
 from pipeplan.formulations.mapping.multi.plan import JointPlan, joint_plan_from_dict
-from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network, reference_fps, single_pu_plans
 from pipeplan.formulations.mapping.plan import plan_from_string
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.multi import load_multi, load_multi_file, multi_names, tiny_multi

@@ -48,42 +48,9 @@ from pipeplan.core.io import load_json
 from pipeplan.formulations.mapping.checker import violations as single_violations
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
 from pipeplan.formulations.mapping.multi.plan import JointPlan, joint_plan_from_dict
-from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
-from pipeplan.formulations.mapping.plan import plan_from_assignment
-from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network, reference_fps
 
 TOL = 1e-9
-
-
-def single_pu_plans(network: Network) -> dict:
-    """PU -> the plan with every unit of the network on that PU in one stage (PUs that run all)."""
-    prob = network.problem
-    names = tuple(u.name for u in prob.units)
-    out = {}
-    for p in prob.profile.pus:
-        if all(prob.profile.can_run(i, p) for i in range(len(names))):
-            out[p] = plan_from_assignment(names, dict.fromkeys(names, 0), dict.fromkeys(names, p),
-                                          instance=prob.name)
-    return out
-
-
-_REFERENCES: dict[int, tuple[MappingProblem, float]] = {}    # id -> (the instance, kept alive; its rate)
-
-
-def reference_fps(network: Network) -> float:
-    """The network's reference rate: given in the file, else alone on its best single PU
-    (computed once per instance: many networks may run one model)."""
-    if network.reference_fps is not None:
-        return network.reference_fps
-    known = _REFERENCES.get(id(network.problem))
-    if known is not None and known[0] is network.problem:
-        return known[1]
-    plans = single_pu_plans(network)
-    if not plans:
-        raise ValueError(f"network {network.name}: no single PU runs every unit; give reference_fps in the instance")
-    rate = max(evaluate(network.problem, p).throughput_fps for p in plans.values())
-    _REFERENCES[id(network.problem)] = (network.problem, rate)
-    return rate
 
 
 @dataclass

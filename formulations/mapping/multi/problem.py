@@ -25,6 +25,8 @@ from typing import Any, Callable, TypeVar
 
 from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import check_fields, finite_number, has_control_characters
+from pipeplan.formulations.mapping.evaluator import evaluate
+from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.formulations.mapping.problem import MappingProblem
 
 T = TypeVar("T")
@@ -132,7 +134,6 @@ class MultiProblem:
         denormal) times had made a rate infinite: the joint evaluator divided by zero (every
         multi solver's result an error, exit 1)."""
         from pipeplan.formulations.mapping.bounds import best_analytic
-        from pipeplan.formulations.mapping.multi.evaluator import reference_fps, single_pu_plans
 
         if id(n.problem) not in least_ms:
             least_ms[id(n.problem)] = best_analytic(n.problem)["period_ms"]
@@ -253,3 +254,34 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
     if not isinstance(name, str) or not name or has_control_characters(name):
         raise InputError(source, "name", "expected a non-empty string without control characters")
     return MultiProblem(name=name, networks=tuple(networks), sharing=sharing, source=source)
+
+
+def single_pu_plans(network: Network) -> dict:
+    """PU -> the plan with every unit of the network on that PU in one stage (PUs that run all)."""
+    prob = network.problem
+    names = tuple(u.name for u in prob.units)
+    out = {}
+    for p in prob.profile.pus:
+        if all(prob.profile.can_run(i, p) for i in range(len(names))):
+            out[p] = plan_from_assignment(names, dict.fromkeys(names, 0), dict.fromkeys(names, p),
+                                          instance=prob.name)
+    return out
+
+
+_REFERENCES: dict[int, tuple[MappingProblem, float]] = {}    # id -> (the instance, kept alive; its rate)
+
+
+def reference_fps(network: Network) -> float:
+    """The network's reference rate: given in the file, else alone on its best single PU
+    (computed once per instance: many networks may run one model)."""
+    if network.reference_fps is not None:
+        return network.reference_fps
+    known = _REFERENCES.get(id(network.problem))
+    if known is not None and known[0] is network.problem:
+        return known[1]
+    plans = single_pu_plans(network)
+    if not plans:
+        raise ValueError(f"network {network.name}: no single PU runs every unit; give reference_fps in the instance")
+    rate = max(evaluate(network.problem, p).throughput_fps for p in plans.values())
+    _REFERENCES[id(network.problem)] = (network.problem, rate)
+    return rate

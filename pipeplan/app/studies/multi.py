@@ -28,7 +28,7 @@ from pipeplan.core.io import write_atomic
 from pipeplan.core.registry import get_solver
 from pipeplan.core.tables import csv_text, markdown_table
 from pipeplan.core.vocabulary import MULTI_OBJECTIVES
-from pipeplan.formulations.mapping.multi.evaluator import reference_fps
+from pipeplan.formulations.mapping.multi.problem import reference_fps
 from pipeplan.instances.multi import load_multi
 
 INSTANCES = ("multi/yolo+mobile", "multi/alex+mobile", "multi/google+res+squeeze", "multi/yolo+mobile-partitioned")

@@ -27,9 +27,9 @@ from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import MULTI_OBJECTIVES, MultiAxis
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan, evaluate
-from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, reference_fps, single_pu_plans
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint
 from pipeplan.formulations.mapping.multi.plan import JointPlan
-from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network, reference_fps, single_pu_plans
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem, restrict_pus
 from pipeplan.solvers.mapping.multi.common import check_objective, objective_value, scored_joint_result

@@ -7,9 +7,9 @@ import math
 from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.core.vocabulary import MULTI_OBJECTIVES
 from pipeplan.formulations.mapping.bounds import best_analytic
-from pipeplan.formulations.mapping.multi.evaluator import JointEvaluation, evaluate_joint, reference_fps
+from pipeplan.formulations.mapping.multi.evaluator import JointEvaluation, evaluate_joint
 from pipeplan.formulations.mapping.multi.plan import JointPlan
-from pipeplan.formulations.mapping.multi.problem import MultiProblem
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, reference_fps
 
 
 def objective_value(ev: JointEvaluation, objective: str) -> float:

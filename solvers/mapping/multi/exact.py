@@ -26,9 +26,9 @@ from typing import Callable
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.result import Quality, SolveResult, Termination
 from pipeplan.formulations.mapping.evaluator import InfeasiblePlan
-from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint, reference_fps
+from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint
 from pipeplan.formulations.mapping.multi.plan import JointPlan
-from pipeplan.formulations.mapping.multi.problem import MultiProblem
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, reference_fps
 from pipeplan.solvers.mapping.multi.common import analytic_bound, check_objective, scored_joint_result
 from pipeplan.solvers.mapping.multi.variants import JointVariant, combinations
 

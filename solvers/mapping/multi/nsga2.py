@@ -64,9 +64,9 @@ from pipeplan.core.registry import register
 from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import MULTI_OBJECTIVES, MultiAxis
 from pipeplan.formulations.mapping.evaluator import Evaluation, InfeasiblePlan, evaluate
-from pipeplan.formulations.mapping.multi.evaluator import TOL, evaluate_joint, evicted_pus, pu_time, reference_fps
+from pipeplan.formulations.mapping.multi.evaluator import TOL, evaluate_joint, evicted_pus, pu_time
 from pipeplan.formulations.mapping.multi.plan import JointPlan
-from pipeplan.formulations.mapping.multi.problem import MultiProblem
+from pipeplan.formulations.mapping.multi.problem import MultiProblem, reference_fps
 from pipeplan.formulations.mapping.plan import Plan, plan_from_assignment
 from pipeplan.solvers.mapping.multi.baselines import (
     alone_best_pu_plan,

@@ -43,7 +43,6 @@ from pipeplan.solvers.mapping.common import paced
 
 TICK = 1e5              # model time units per ms (10 ns)
 ETICK = 100.0           # model energy units per uJ (10 nJ): finer would only narrow a weighted objective's scaling
-SCALE = {"period": TICK, "latency": TICK, "energy": ETICK}
 MAX_ACTIVITY = 2 ** 53  # the most a scaled weighted objective may reach: exact in a double, and CP-SAT's
                         # presolve, which expands it over the options, stays within int64
 # the most a plan's energy may reach in model units: a profile at its limits (1e7 ms at 1e9 mW,

@@ -18,7 +18,8 @@ transfers, input/output phases by the first/last unit's level).
   more segments (``cold[i] = on[i, p] and not on[i-1, p]``, ``sum cold >= 2``), one stage, and
   "not every unit on p".
 
-Integers: times in ``TICK`` units (10 ns), energies in ``ETICK`` units (10 nJ); each entry is
+Integers: times in ``TICK`` units (10 ns), energies in ``ETICK`` units (10 nJ), both coarser
+where a plan's values could pass ``MAX_TIME_UNITS`` / ``MAX_ENERGY_UNITS`` (``scale``); each entry is
 rounded to the nearest unit, and ``slack`` bounds by how much a plan's model value can differ
 from the evaluator's (one rounding per unit and per transfer). Every constraint a caller adds is
 relaxed by that slack, so the model holds every plan that meets it; every lower bound it reports
@@ -45,10 +46,29 @@ TICK = 1e5              # model time units per ms (10 ns)
 ETICK = 100.0           # model energy units per uJ (10 nJ): finer would only narrow a weighted objective's scaling
 MAX_ACTIVITY = 2 ** 53  # the most a scaled weighted objective may reach: exact in a double, and CP-SAT's
                         # presolve, which expands it over the options, stays within int64
-# the most a plan's energy may reach in model units: a profile at its limits (1e7 ms at 1e9 mW,
-# 1e18 units of 10 nJ a block) had passed int64 ("model invalid"); such a chain counts energy in
-# coarser units (``CpChainModel.scale["energy"]``, below ETICK)
-MAX_ENERGY_UNITS = 10 ** 15
+# the most a plan's energy and time (the horizon: every unit's slowest option and transfer) may
+# reach in model units. A profile at its limits (1e7 ms at 1e9 mW) had passed int64: 1e18 units of
+# 10 nJ a block ("model invalid"), and 1e13 units of 10 ns for four blocks, which the steady-state
+# window rows weigh by 1e6 ("Possible integer overflow in constraint"). And a weighted objective
+# (energy_ss) fits its coefficients into MAX_ACTIVITY over these ranges: at 1e15 energy units its
+# energy coefficient rounded 3.2 down to 3, a bound 6% low that never closed the search. Such a
+# chain counts energy and time in coarser units (``CpChainModel.scale``, below ETICK and TICK);
+# every shipped chain keeps 10 nJ and 10 ns (at most 6.6e9 energy and 1.4e9 time units).
+MAX_ENERGY_UNITS = 10 ** 11
+MAX_TIME_UNITS = 10 ** 10
+
+
+def horizon_ms(variant: Variant) -> float:
+    """The most a plan of ``variant`` may take (ms): every unit's slowest option and transfer."""
+    return sum(max(o.time for o in opts) + max((t for (t, _) in arcs.values()), default=0.0)
+               for opts, arcs in zip(variant.options, variant.arcs))
+
+
+def chain_tick(variant: Variant, most: float = MAX_TIME_UNITS) -> float:
+    """The chain model's time units per ms: TICK (10 ns), or coarser where the horizon would
+    pass ``most`` units (only at the profile's limits: every shipped chain keeps TICK)."""
+    h = horizon_ms(variant)
+    return TICK if h * TICK <= most else most / h
 
 
 @dataclass
@@ -66,9 +86,11 @@ class CpChainModel:
     and energy (uJ) under caps and an average-power window, on a clone of the base model."""
 
     def __init__(self, problem: MappingProblem, variant: Variant, *, dvfs: bool, max_stages: int | None = None,
-                 deadline: Deadline | None = None, model=None):
+                 deadline: Deadline | None = None, model=None, tick: float | None = None):
         """``model``: build into this CpModel (several networks' chains in one joint model,
-        solvers/mapping/multi) instead of a new one."""
+        solvers/mapping/multi) instead of a new one; ``tick``: its time units per ms (one for
+        every chain of a joint model), by default TICK or, past ``MAX_TIME_UNITS``, coarser
+        (:func:`chain_tick`)."""
         from ortools.sat.python import cp_model  # here, so that the registry loads without it
 
         self.problem, self.variant, self.dvfs = problem, variant, dvfs
@@ -79,13 +101,14 @@ class CpChainModel:
         most_uj = sum(max(o.energy for o in opts) + max((e for (_, e) in arcs.values()), default=0.0)
                       for opts, arcs in zip(v.options, v.arcs))
         etick = ETICK if most_uj * ETICK <= MAX_ENERGY_UNITS else MAX_ENERGY_UNITS / most_uj
-        self.scale = {"period": TICK, "latency": TICK, "energy": etick}
-        t_m = [[round(o.time * TICK) for o in opts] for opts in v.options]
+        tick = self.tick = chain_tick(variant) if tick is None else tick
+        self.scale = {"period": tick, "latency": tick, "energy": etick}
+        t_m = [[round(o.time * tick) for o in opts] for opts in v.options]
         e_m = [[round(o.energy * etick) for o in opts] for opts in v.options]
-        x_m = [{key: (round(t * TICK), round(e * etick)) for key, (t, e) in arcs.items()} for arcs in v.arcs]
-        slack_t = sum(max(abs(tm - o.time * TICK) for tm, o in zip(t_m[i], v.options[i])) for i in range(n))
+        x_m = [{key: (round(t * tick), round(e * etick)) for key, (t, e) in arcs.items()} for arcs in v.arcs]
+        slack_t = sum(max(abs(tm - o.time * tick) for tm, o in zip(t_m[i], v.options[i])) for i in range(n))
         slack_e = sum(max(abs(em - o.energy * etick) for em, o in zip(e_m[i], v.options[i])) for i in range(n))
-        slack_t += sum(max((abs(x_m[i][key][0] - t * TICK) for key, (t, _) in v.arcs[i].items()), default=0.0)
+        slack_t += sum(max((abs(x_m[i][key][0] - t * tick) for key, (t, _) in v.arcs[i].items()), default=0.0)
                        for i in range(n))
         slack_e += sum(max((abs(x_m[i][key][1] - e * etick) for key, (_, e) in v.arcs[i].items()), default=0.0)
                        for i in range(n))

@@ -9,7 +9,7 @@ import pytest
 
 import pipeplan
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.formulations.mapping.instance_io import problem_from_dict
+from pipeplan.formulations.mapping.instance_io import load_problem_file, problem_from_dict
 from pipeplan.formulations.mapping.plan import plan_from_dict
 
 pytest.importorskip("ortools")
@@ -56,3 +56,18 @@ def test_the_chain_model_plans_at_the_profile_limits(objective):
     assert r.termination.value == "optimal", r.message
     again = evaluate(chain, plan_from_dict(r.plan)).objectives()
     assert all(math.isfinite(v) and again[k] == v for k, v in r.objectives.items() if k in again)
+
+
+LIMITS = Path(__file__).resolve().parent / "limits"
+
+
+def test_the_chain_model_proves_energy_ss_at_the_profile_limits():
+    # the steady-state window rows weighed 1e13 units of 10 ns by 1e6 (CP-SAT: "Possible integer
+    # overflow in constraint"); the chain model now counts time (and energy) coarser there
+    problem = load_problem_file(LIMITS / "cap_chain_ss" / "inst.json")
+    assert problem.is_chain and problem.profile.static_power_mw == 1e9
+    r = pipeplan.solve(problem, "cpsat", time_limit=10, seed=0, objective="energy_ss")
+    assert r.termination.value == "optimal" and r.quality.value == "proven_optimal", r.message
+    again = evaluate(problem, plan_from_dict(r.plan)).objectives()
+    assert all(math.isfinite(v) and again[k] == v for k, v in r.objectives.items() if k in again)
+    assert r.objectives["energy_ss_mj"] == pytest.approx(4e13, rel=1e-9)

@@ -18,8 +18,17 @@ HiGHS stops at the relative gap ``pulp_backend.GAP_REL`` (1e-7): its proven opti
 to that gap, which :meth:`MilpChainModel.solve` reports as ``lower`` (the dual bound when a limit
 stops it). Constraints hold to HiGHS's feasibility tolerance (1e-7 absolute); caps are relaxed
 by ``CAP_ROOM`` (relative) so that no plan on a cap is lost, and plans are checked by the caller.
+
+Energy is in uJ while every option's and transfer's energy is at most ``MAX_ENERGY_COEF``, else
+in a power-of-two multiple of the uJ that brings the largest to it (``MilpChainModel.scale``;
+exact in binary, so only HiGHS's tolerances see it): a profile at its limits (1e7 ms at 1e9 mW,
+1e16 uJ a block) had coefficients HiGHS refuses (over its ``large_matrix_value``, 1e15), and
+PuLP's HiGHS interface then failed with an IndexError (solve exit 1). Every shipped chain's
+energies (at most 6.6e7 uJ for a whole chain) keep uJ.
 """
 from __future__ import annotations
+
+import math
 
 import pulp
 
@@ -32,6 +41,15 @@ from pipeplan.solvers.mapping.cpsat_chain import ChainOutcome
 from pipeplan.solvers.pulp_backend import highs_nodes, pick_backend, solve_once
 
 CAP_ROOM = 1e-9     # caps and windows relaxed by this (relative), beyond the solver's tolerance
+MAX_ENERGY_COEF = 1e9  # the largest energy coefficient (model units) before energy is counted coarser than uJ
+
+
+def energy_scale(variant: Variant) -> float:
+    """The chain MILP's energy units per uJ: 1, or the power of two below 1 that brings the
+    largest option or transfer energy to at most ``MAX_ENERGY_COEF``."""
+    most = max([o.energy for opts in variant.options for o in opts]
+               + [e for arcs in variant.arcs for (_, e) in arcs.values()], default=0.0)
+    return 1.0 if most <= MAX_ENERGY_COEF else 2.0 ** -math.ceil(math.log2(most / MAX_ENERGY_COEF))
 
 
 class MilpChainModel:
@@ -48,6 +66,8 @@ class MilpChainModel:
         deadline = deadline or Deadline(None)
         v = variant
         n = len(v.options)
+        es = energy_scale(v)
+        self.scale = {"period": 1.0, "latency": 1.0, "energy": es}    # model units per ms, ms, uJ
         prob = self.prob = prob if prob is not None else pulp.LpProblem("chain", pulp.LpMinimize)
         self.a = [[prob.add_variable(f"{self.prefix}a_{i}_{k}", cat=pulp.LpBinary) for k in range(len(v.options[i]))]
                   for i in paced(range(n), deadline)]
@@ -61,7 +81,7 @@ class MilpChainModel:
         self.inflow: dict[str, list] = {}  # PU -> the transfers into it (ms x variables)
         for i in paced(range(n), deadline):
             terms_t = [o.time * lit for o, lit in zip(v.options[i], self.a[i])]
-            terms_e = [o.energy * lit for o, lit in zip(v.options[i], self.a[i])]
+            terms_e = [o.energy * es * lit for o, lit in zip(v.options[i], self.a[i])]
             if i and v.arcs[i]:
                 sources = v.pus[i - 1]
                 if len(sources) == 1:
@@ -74,7 +94,7 @@ class MilpChainModel:
                     for q in sources:
                         prob += pulp.lpSum(y[(q, k)] for k in range(len(v.options[i]))) == on[i - 1][q]
                 terms_t += [t * y[key] for key, (t, _) in v.arcs[i].items()]
-                terms_e += [e * y[key] for key, (_, e) in v.arcs[i].items()]
+                terms_e += [e * es * y[key] for key, (_, e) in v.arcs[i].items()]
             cost_t.append(pulp.lpSum(terms_t))
             for k, o in enumerate(v.options[i]):
                 cost_on.setdefault(o.pu, []).append(o.time * self.a[i][k])
@@ -172,12 +192,12 @@ class MilpChainModel:
         extra = []
         for axis, cap in (caps or {}).items():
             room = -CAP_ROOM if strict else CAP_ROOM
-            extra.append(self.vars[axis] <= cap * (1 + room) + room)
+            extra.append(self.vars[axis] <= cap * self.scale[axis] * (1 + room) + room)
         if window is not None:            # the share period / latency
             lo, hi = window
             extra.append(self.period >= lo * (1 - CAP_ROOM) * self.latency - CAP_ROOM)
             extra.append(self.period <= hi * (1 + CAP_ROOM) * self.latency + CAP_ROOM)
-        objective = pulp.lpSum(w * self.vars[axis] for axis, w in weights.items())
+        objective = pulp.lpSum(w / self.scale[axis] * self.vars[axis] for axis, w in weights.items())
         if cutoff is not None:
             extra.append(objective <= cutoff + CAP_ROOM * abs(cutoff))
         names = []

@@ -153,3 +153,22 @@ def test_cli_stdout_is_only_the_result():
     result = json.loads(proc.stdout)
     assert result["solver"] == "milp" and result["termination"] == "optimal"
     assert "HiGHS" not in proc.stderr
+
+
+@pytest.mark.parametrize("name, objective", [("cap_chain", "period"), ("cap_chain", "energy"),
+                                             ("cap_chain_ss", "energy_ss")])
+def test_the_chain_milp_plans_at_the_profile_limits(name, objective):
+    # 1e7 ms at 1e9 mW: 1e16 uJ a block, past HiGHS's largest coefficient (PuLP's HiGHS
+    # interface then failed with an IndexError); the chain MILP now counts energy coarser there
+    import math
+    from pathlib import Path
+
+    from pipeplan.formulations.mapping.instance_io import load_problem_file
+    problem = load_problem_file(Path(__file__).resolve().parent / "limits" / name / "inst.json")
+    assert problem.is_chain
+    r = pipeplan.solve(problem, "milp", time_limit=10, seed=0, objective=objective)
+    assert r.termination == Termination.OPTIMAL and r.quality == Quality.PROVEN_OPTIMAL, r.message
+    again = evaluate(problem, plan_from_dict(r.plan)).objectives()
+    assert all(math.isfinite(v) and again[k] == v for k, v in r.objectives.items() if k in again)
+    key = {"period": "period_ms", "energy": "energy_mj", "energy_ss": "energy_ss_mj"}[objective]
+    assert r.objectives[key] == {"period": 4e7, "energy": 6e13, "energy_ss": 4e13}[objective]

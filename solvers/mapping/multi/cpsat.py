@@ -1,13 +1,19 @@
 """The joint CP-SAT model: every network's chain model (solvers/mapping/cpsat_chain.py) in one
 CpModel, coupled through the PUs they share; the same rows as the joint MILP (milp.py).
 
-Integers: the chain models count time in ``TICK`` units (10 ns) and round each option and
+Integers: the chain models count time in ``tick`` units (TICK, 10 ns; see below) and round each option and
 transfer to the nearest unit; a network's period and latency are within ``slack`` units of the
 evaluator's (cpsat_chain.py), and its busy time on a PU within half a unit per unit. The
 objective's factors c_i (exact.py) become integers f_i = floor(K c_i). Every row a plan must
 meet (cutoff, deadlines, demands) is relaxed by the rounding, so the model keeps every plan that
 meets it, and its lower bound on Z is lowered by the rounding before it is reported:
-Z_true >= (Z_model - K x slack) / (K x TICK). Plans are re-scored by the evaluator.
+Z_true >= (Z_model - K x slack) / (K x tick). Plans are re-scored by the evaluator.
+
+``tick`` (time units per ms, one for every chain of the joint model) is TICK unless Z's range,
+max f_i x a network's horizon or a PU's busy time, or a demand row's, would pass
+``MAX_JOINT_UNITS``, and no finer than any chain's own unit (``cpsat_chain.chain_tick``): two
+networks at the profile limits (1e7 ms a block) made Z's domain 1.4e19, past int64 (OR-Tools:
+TypeError, `multi solve --solver cpsat` exit 1). Every shipped multi-network instance keeps TICK.
 """
 from __future__ import annotations
 
@@ -19,11 +25,41 @@ from pipeplan.core.vocabulary import MultiAxis
 from pipeplan.formulations.mapping.multi.plan import JointPlan
 from pipeplan.formulations.mapping.multi.problem import MultiProblem
 from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, work_done
-from pipeplan.solvers.mapping.cpsat_chain import TICK
+from pipeplan.solvers.mapping.cpsat_chain import TICK, chain_tick, horizon_ms
 from pipeplan.solvers.mapping.multi.exact import ComboOutcome, solve_exact, z_weights
 from pipeplan.solvers.mapping.multi.variants import JointVariant
 
 FACTOR_UNITS = 1e6     # the least objective factor f_i: rounding it down costs at most 1e-6 relative
+MAX_JOINT_UNITS = 2 ** 61   # the most Z (and a demand row) may reach: its rows stay within int64
+
+
+def busy_top_ms(jv: JointVariant) -> dict[str, float]:
+    """A PU's most busy time (ms) under ``jv``: every option of every unit on it, and the
+    dearest transfer into each unit there (as the joint model's ``busy_top``, in ms)."""
+    top: dict[str, float] = {}
+    for i, opts in enumerate(jv.variant.options):
+        for j, o in enumerate(opts):
+            top[o.pu] = top.get(o.pu, 0.0) + jv.busy(i, j)
+    for i, arcs in enumerate(jv.variant.arcs):
+        into: dict[str, float] = {}
+        for (_, k), (t, _) in arcs.items():
+            p = jv.variant.options[i][k].pu
+            into[p] = max(into.get(p, 0.0), t)
+        for p, t in into.items():
+            top[p] = top.get(p, 0.0) + t
+    return top
+
+
+def joint_tick(combo: tuple[JointVariant, ...], f: list[int], g: list[int]) -> float:
+    """The joint model's time units per ms: TICK, coarser where Z's range (``f``: the objective
+    factors) or a demand row's (``g``) would pass ``MAX_JOINT_UNITS``, and never finer than a
+    chain's own unit."""
+    tops = [busy_top_ms(jv) for jv in combo]
+    pus = {p for t in tops for p in t}
+    most = max([fk * (horizon_ms(jv.variant) + 1) for fk, jv in zip(f, combo)]
+               + [sum(w * t.get(p, 0.0) for w, t in zip(weights, tops)) for weights in (f, g) for p in pus]
+               + [1.0])
+    return min([TICK, MAX_JOINT_UNITS / most] + [chain_tick(jv.variant) for jv in combo])
 
 
 class JointCpModel:
@@ -33,9 +69,15 @@ class JointCpModel:
         from pipeplan.solvers.mapping.cpsat_chain import CpChainModel
 
         self.problem, self.combo = problem, combo
+        c = z_weights(problem, objective)
+        self.K = FACTOR_UNITS / min(c.values())
+        f = [math.floor(self.K * c[jv.network.name]) for jv in combo]
+        demands = [jv.network.min_fps for jv in combo]
+        g = [math.floor((d or 0.0) * FACTOR_UNITS) for d in demands]
+        self.tick = tick = joint_tick(combo, f, g)
         m = self.m = cp_model.CpModel()
-        self.chains = [CpChainModel(jv.network.problem, jv.variant, dvfs=False, deadline=deadline, model=m)
-                       for jv in combo]
+        self.chains = [CpChainModel(jv.network.problem, jv.variant, dvfs=False, deadline=deadline, model=m,
+                                    tick=tick) for jv in combo]
         pus = problem.pu_names
         busy: list[dict] = []
         used: list[dict] = []
@@ -48,7 +90,7 @@ class JointCpModel:
             for i, row in enumerate(ch.a):
                 for j, lit in enumerate(row):
                     p = jv.variant.options[i][j].pu
-                    t = round(jv.busy(i, j) * TICK)
+                    t = round(jv.busy(i, j) * tick)
                     terms.setdefault(p, []).append(t * lit)
                     top[p] = top.get(p, 0) + t      # loose: every option of every unit on p, every transfer
                     if p not in u:
@@ -60,7 +102,7 @@ class JointCpModel:
                 into: dict[str, int] = {}
                 for (_, k), (t, _) in arcs.items():
                     p = jv.variant.options[i][k].pu
-                    into[p] = max(into.get(p, 0), round(t * TICK))
+                    into[p] = max(into.get(p, 0), round(t * tick))
                 for p, t in into.items():
                     top[p] = top.get(p, 0) + t
             busy.append({p: sum(t) for p, t in terms.items()})
@@ -77,9 +119,6 @@ class JointCpModel:
                 users = [u[p] for u in used if p in u]
                 if len(users) > 1:
                     m.AddAtMostOne(users)
-        c = z_weights(problem, objective)
-        self.K = FACTOR_UNITS / min(c.values())
-        f = [math.floor(self.K * c[jv.network.name]) for jv in combo]
         p_slack = [ch.slack["period"] for ch in self.chains]
         self.z_slack = self.K * max(max(c[jv.network.name] * s for jv, s in zip(combo, p_slack)),
                                     sum(c[jv.network.name] * s for jv, s in zip(combo, self.busy_slack)))
@@ -104,16 +143,14 @@ class JointCpModel:
                         m.Add(w >= sum(o[0] for o in others)).OnlyEnforceIf(u)
                         waits.append(w)
                         room += sum(o[2] for o in others)
-                m.Add(ch.latency + sum(waits) <= math.floor(net.latency_ms * TICK + room))
+                m.Add(ch.latency + sum(waits) <= math.floor(net.latency_ms * tick + room))
             if net.min_fps is not None:
-                m.Add(ch.period <= math.floor(1000.0 / net.min_fps * TICK + p_slack[k]))
-        demands = [jv.network.min_fps for jv in combo]
+                m.Add(ch.period <= math.floor(1000.0 / net.min_fps * tick + p_slack[k]))
         if any(d is not None for d in demands):
-            g = [math.floor((d or 0.0) * FACTOR_UNITS) for d in demands]
             room = sum((d or 0.0) * FACTOR_UNITS * s for d, s in zip(demands, self.busy_slack))
             for p in pus:
                 m.Add(sum(gk * b[p] for gk, b in zip(g, busy) if p in b)
-                      <= math.floor(1000.0 * TICK * FACTOR_UNITS + room))
+                      <= math.floor(1000.0 * tick * FACTOR_UNITS + room))
         m.Minimize(z)
 
     def solve(self, *, cutoff: float | None, time_limit: float | None, threads: int, seed: int,
@@ -121,7 +158,7 @@ class JointCpModel:
         from ortools.sat.python import cp_model
 
         m = self.m.Clone()
-        scale = self.K * TICK
+        scale = self.K * self.tick
         if cutoff is not None:     # plans at least as good as the incumbent (relaxed by the rounding)
             m.Add(m.GetIntVarFromProtoIndex(self.z.Index()) <= math.floor(cutoff * scale + self.z_slack))
         solver = cp_model.CpSolver()

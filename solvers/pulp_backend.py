@@ -12,11 +12,32 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 from functools import lru_cache
 
 import pulp
 
 GAP_REL = 1e-7          # HiGHS stops at 1e-4 by default; the optimum must hold to 1e-6
+_scheduler_threads: list[int | None] = [None]    # the thread count of this process's last HiGHS solve
+_SCHEDULER_LOCK = threading.Lock()
+
+
+def highs_threads(h, threads) -> None:
+    """Give the ``highspy.Highs`` object ``h`` ``threads`` threads, and the process's HiGHS
+    scheduler as many. HiGHS makes one scheduler per process, at its first solve, with that
+    solve's ``threads``; a later solve asking another count does not run at all (model status
+    kNotset, its message silenced with the output). After one energy-ceiling LP (HiGHS's default
+    count) every PuLP MILP of the same process (one thread) had come back unsolved: the chain
+    MILP on khadas-vim3/MobileV1 as stopped by its time limit after 0.1 s. So every solve
+    pipeplan runs in-process goes through here, and the scheduler is made anew when the count
+    changes (cheap; solves in one process run one at a time)."""
+    import highspy
+    threads = max(1, int(threads or 1))
+    h.setOptionValue("threads", threads)
+    with _SCHEDULER_LOCK:
+        if _scheduler_threads[0] != threads:
+            highspy.Highs.resetGlobalScheduler(True)
+            _scheduler_threads[0] = threads
 
 
 class _HiGHS(pulp.HiGHS):
@@ -28,6 +49,7 @@ class _HiGHS(pulp.HiGHS):
         if known:
             cols, vals = zip(*known)
             lp.solverModel.setSolution(len(cols), list(cols), list(vals))
+        highs_threads(lp.solverModel, self.threads)
         super().callSolver(lp)
 
     def findSolutionValues(self, lp):

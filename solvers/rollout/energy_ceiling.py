@@ -78,7 +78,7 @@ def fluid_train_end(problem: RolloutProblem, order, pieces: np.ndarray | None = 
     import highspy
     from scipy import sparse
 
-    from pipeplan.solvers.pulp_backend import highs_model
+    from pipeplan.solvers.pulp_backend import highs_model, highs_threads
 
     _check(problem)
     order = np.asarray(order, dtype=int)
@@ -154,6 +154,7 @@ def fluid_train_end(problem: RolloutProblem, order, pieces: np.ndarray | None = 
                      matrix)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
+    highs_threads(h, 1)
     h.passModel(lp)
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:

@@ -185,7 +185,7 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
     import highspy
     from scipy import sparse
 
-    from pipeplan.solvers.pulp_backend import highs_model
+    from pipeplan.solvers.pulp_backend import highs_model, highs_threads
 
     R, tr, nb = problem.R, problem.trainer, starts.size
     U = max(problem.update_sizes())
@@ -288,7 +288,7 @@ def _solve_buckets(problem: RolloutProblem, engine: EngineModel, work, starts: n
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
-        h.setOptionValue("threads", max(1, int(threads)))
+        highs_threads(h, threads)
         h.setOptionValue("mip_rel_gap", 1e-5)
         if cutoff is not None:
             h.setOptionValue("mip_max_improving_sols", 1)

@@ -135,3 +135,23 @@ def test_an_lp_in_this_process_leaves_the_step_bounds_forked_milps_whole():
     before = step_bound(p, time_limit=10).bound_s
     fluid_train_end(p, list(range(p.R)))
     assert before > 0 and step_bound(p, time_limit=10).bound_s == pytest.approx(before)
+
+
+def test_an_lp_in_this_process_leaves_later_pulp_milps_solvable():
+    # HiGHS makes one scheduler per process with its first solve's thread count; a later solve
+    # asking another count did not run at all (kNotset): after the ceiling's LP, the chain MILP
+    # on MobileV1 came back "stopped by its time limit" after 0.1 s (pulp_backend.highs_threads)
+    import pipeplan
+    from pipeplan.app.studies.rollout import linearized
+    from pipeplan.formulations.mapping.evaluator import evaluate
+    from pipeplan.formulations.mapping.plan import plan_from_dict
+    from pipeplan.formulations.rollout.workloads import preset_round
+    from pipeplan.instances.catalog import load_mapping
+
+    p = linearized(preset_round("lsat-ar", 4))
+    assert math.isfinite(fluid_train_end(p, list(range(p.R)))[0])
+    problem = load_mapping("khadas-vim3/MobileV1")
+    for threads in (1, 2, 1):           # and the count may change from one solve to the next
+        r = pipeplan.solve(problem, "milp", time_limit=30, threads=threads)
+        assert r.quality.value == "proven_optimal", r.message
+        assert evaluate(problem, plan_from_dict(r.plan)).objectives() == r.objectives

@@ -55,7 +55,7 @@ from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit
 from pipeplan.solvers.mapping.common import as_objective, scored_result, search_deadline
 from pipeplan.solvers.mapping.cpsat_model import to_model
-from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
+from pipeplan.solvers.mapping.warm_start import best_heuristic_plan, within_stages
 
 START_EVALUATIONS = 1500   # NSGA-II's plans for an operator graph's warm start (module docstring)
 START_POPULATION = 60      # ... its population; it runs evaluations / population generations, so a
@@ -133,8 +133,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
     search = search_deadline(time_limit, problem)
     left = search.remaining()
     start_share = Deadline(None if left is None else left / 2)
-    if warm_start is not None and max_stages is not None and len(warm_start.stages) > max_stages:
-        warm_start = None            # not a plan of this search: the heuristics' start instead
+    warm_start = within_stages(warm_start, max_stages)
     start_plan = warm_start or best_heuristic_plan(problem, objective, start_share, max_stages)
     key = AXES[objective]
     lower = _certified_lower(problem, key, shared_pus, search)

@@ -21,7 +21,7 @@ from pipeplan.formulations.mapping.bounds import DEFAULT_WORK, Bound, certified_
 from pipeplan.formulations.mapping.bounds import best as best_bound
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.mapping.common import as_objective, objective_key, scored_result, search_deadline
-from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
+from pipeplan.solvers.mapping.warm_start import best_heuristic_plan, within_stages
 
 
 @register("mapping", "milp", exact=True, requires=("pulp",),
@@ -71,9 +71,7 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     backend = pick_backend(backend)
     params = {"backend": backend, "objective": objective, "bounds": dict(bounds or {}), "max_stages": max_stages,
               "node_limit": node_limit, "nodes": 0}
-    warm_start = warm_start or None
-    if warm_start is not None and max_stages is not None and len(warm_start.stages) > max_stages:
-        warm_start = None            # not a plan of this model: the heuristics' plan instead
+    warm_start = within_stages(warm_start or None, max_stages)
     # what comes back if time runs out first (none under epsilon bounds, which it need not meet)
     fallback_plan = None
     if (time_limit is not None or node_limit is not None) and not bounds:

@@ -17,6 +17,13 @@ from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
 HEURISTICS = ("pipeline-dp", "heft", "single")     # ties between their plans go to the first
 
 
+def within_stages(plan: Plan | None, max_stages: int | None) -> Plan | None:
+    """``plan`` when it has at most ``max_stages`` stages (any, without a cap), else None: a
+    warm start outside an exact search's plan space is set aside for the heuristics' start
+    (kept, it had come back as the "optimum" of a search it does not belong to)."""
+    return plan if plan is not None and (max_stages is None or len(plan.stages) <= max_stages) else None
+
+
 def best_heuristic_plan(problem: MappingProblem, objective: str, deadline: Deadline | None = None,
                         max_stages: int | None = None) -> Plan:
     """The best plan of the cheap heuristics for ``objective`` (a warm start, or what a solver
@@ -29,7 +36,7 @@ def best_heuristic_plan(problem: MappingProblem, objective: str, deadline: Deadl
     key = mapping_key(objective)
 
     def fits(plan: Plan) -> bool:
-        return max_stages is None or len(plan.stages) <= max_stages
+        return within_stages(plan, max_stages) is not None
 
     try:
         heft = heft_plan(problem, deadline)

@@ -410,7 +410,7 @@ def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective
     from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
     from pipeplan.formulations.mapping.bounds import best_analytic
     from pipeplan.solvers.mapping.common import scored_result, search_deadline
-    from pipeplan.solvers.mapping.warm_start import best_heuristic_plan
+    from pipeplan.solvers.mapping.warm_start import best_heuristic_plan, within_stages
 
     search = search_deadline(time_limit, problem)
     goal = plain_objective(problem, objective)
@@ -418,7 +418,8 @@ def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective
     caps = caps_of(problem, bounds)
     key = KEYS[objective]
     left = search.remaining()
-    incumbent = warm_start or best_heuristic_plan(problem, goal, Deadline(None if left is None else left / 4), max_stages)
+    incumbent = within_stages(warm_start, max_stages) or best_heuristic_plan(
+        problem, goal, Deadline(None if left is None else left / 4), max_stages)
     answer = None
     if dvfs:             # the max-frequency optimum: a quick incumbent
         top = ChainProgram(problem, backend=backend, dvfs=False, max_stages=max_stages, deadline=Deadline(

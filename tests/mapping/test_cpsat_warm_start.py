@@ -102,8 +102,13 @@ def test_the_chain_models_start_from_a_plan_within_max_stages(name):
     problem = load_mapping(name)
     exact = pipeplan.solve(problem, "milp", time_limit=60, threads=1, seed=0, max_stages=1)
     assert exact.quality == Quality.PROVEN_OPTIMAL
-    cut = pipeplan.solve(problem, "cpsat", time_limit=60, work_limit=1e-6, threads=1, seed=0, max_stages=1)
-    assert cut.quality == Quality.FEASIBLE and cut.stopped_by == "work"
-    plan = plan_from_dict(cut.plan)
-    assert len(plan.stages) == 1 and evaluate(problem, plan).objectives() == cut.objectives
-    assert cut.objectives["period_ms"] >= exact.objectives["period_ms"] * (1 - 1e-9)
+    from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
+    pipeline, _ = pipeline_plan(problem)
+    assert len(pipeline.stages) > 1
+    for given in (None, pipeline):      # a given warm start beyond the cap is set aside the same way
+        cut = pipeplan.solve(problem, "cpsat", time_limit=60, work_limit=1e-6, threads=1, seed=0, max_stages=1,
+                             warm_start=given)
+        assert cut.quality == Quality.FEASIBLE and cut.stopped_by == "work"
+        plan = plan_from_dict(cut.plan)
+        assert len(plan.stages) == 1 and evaluate(problem, plan).objectives() == cut.objectives
+        assert cut.objectives["period_ms"] >= exact.objectives["period_ms"] * (1 - 1e-9)

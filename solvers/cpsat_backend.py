@@ -10,6 +10,14 @@ import math
 MIN_WORK = 1e-3   # deterministic seconds: a later solve with less left is not started
 
 
+def fitting_scale(scale: float, reach: float, most: float) -> float:
+    """``scale`` (model units per unit of a quantity), or the coarser scale at which the
+    quantity's largest value ``reach`` is ``most`` units: the exact models' integers stay within
+    64 bits (and their weighted objectives exact) at the input limits, while every instance
+    whose values fit keeps the usual unit."""
+    return scale if reach * scale <= most else most / reach
+
+
 def check_work_limit(work_limit) -> None:
     """ValueError unless ``work_limit`` is None or a positive number of deterministic seconds."""
     if work_limit is not None and (isinstance(work_limit, bool) or not isinstance(work_limit, (int, float))

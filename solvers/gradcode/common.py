@@ -8,6 +8,7 @@ from pipeplan.formulations.gradcode.evaluator import evaluate
 from pipeplan.formulations.gradcode.gradient_code import GradientCode
 from pipeplan.formulations.gradcode.problem import GradCodeProblem
 from pipeplan.formulations.gradcode.verifier import Verification, verify
+from pipeplan.solvers.cpsat_backend import fitting_scale
 
 # The re-scoring (the evaluator's simulation and a verification cut short by the deadline) takes
 # about RESCORE_S + RESCORE_S_PER_WORKER * n seconds, measured on one core: 2.3 s at n = 2,000. A
@@ -29,8 +30,7 @@ MAX_STEP_UNITS = 10 ** 8
 def units_per_second(step_s: float) -> float:
     """Model time units per second: microseconds, or fewer where a step time of up to ``step_s``
     seconds would pass ``MAX_STEP_UNITS``."""
-    most = float(step_s)
-    return float(US) if most * US <= MAX_STEP_UNITS else MAX_STEP_UNITS / most
+    return fitting_scale(float(US), float(step_s), MAX_STEP_UNITS)
 
 
 def search_deadline(time_limit: float | None, problem: GradCodeProblem) -> Deadline:

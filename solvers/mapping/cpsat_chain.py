@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, work_done
+from pipeplan.solvers.cpsat_backend import fitting_scale, set_limits, stopped_by, work_done
 from pipeplan.solvers.mapping.chain_options import Variant, chain_plan
 from pipeplan.solvers.mapping.common import paced
 
@@ -68,7 +68,7 @@ def chain_tick(variant: Variant, most: float = MAX_TIME_UNITS) -> float:
     """The chain model's time units per ms: TICK (10 ns), or coarser where the horizon would
     pass ``most`` units (only at the profile's limits: every shipped chain keeps TICK)."""
     h = horizon_ms(variant)
-    return TICK if h * TICK <= most else most / h
+    return fitting_scale(TICK, h, most)
 
 
 @dataclass
@@ -100,7 +100,7 @@ class CpChainModel:
         m = self.m = model if model is not None else cp_model.CpModel()
         most_uj = sum(max(o.energy for o in opts) + max((e for (_, e) in arcs.values()), default=0.0)
                       for opts, arcs in zip(v.options, v.arcs))
-        etick = ETICK if most_uj * ETICK <= MAX_ENERGY_UNITS else MAX_ENERGY_UNITS / most_uj
+        etick = fitting_scale(ETICK, most_uj, MAX_ENERGY_UNITS)
         tick = self.tick = chain_tick(variant) if tick is None else tick
         self.scale = {"period": tick, "latency": tick, "energy": etick}
         t_m = [[round(o.time * tick) for o in opts] for opts in v.options]

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, work_done
+from pipeplan.solvers.cpsat_backend import fitting_scale, set_limits, stopped_by, work_done
 from pipeplan.solvers.mapping.common import paced, transfer_times
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class CpModelBase:
                      + sum(t * prof.transfers.power_mw for t in handoff_ms.values()))
         if prof.power_model == "per_pu":
             most += sum(prof.pus[p].idle_power_mw for p in self.pus) * self.horizon
-        self.escale = e = NJ if most <= MAX_ENERGY_UNITS else NJ * MAX_ENERGY_UNITS / most
+        self.escale = e = fitting_scale(NJ, most / NJ, MAX_ENERGY_UNITS)
         terms = [round(uj * e) * self.on[key] for key, uj in unit_uj.items()]
         terms += [round(t_in[p][1] * e) * self.on[(first, p)] for p in runnable[first]]
         terms += [round(t_out[p][1] * e) * self.on[(last, p)] for p in runnable[last]]

@@ -54,11 +54,10 @@ def solve_pgc_cr(problem, *, seed: int = 0, tries: int = 8, decoder: Literal["ls
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     _square(problem, "PGC-CR")
     params = {"tries": tries, "decoder": decoder}
-    if decoder == "lstsq":
-        check_lstsq_size(problem.n, problem.name, "n", "pgc-cr")
     if decoder != "lstsq":
         return scored_result(problem, "pgc-cr", pgc_cr(problem.n, problem.s, decoder=decoder), params=params,
                              deadline=clock)
+    check_lstsq_size(problem.n, problem.name, "n", "pgc-cr")
     code, v = best_cyclic(problem.n, problem.s, seed=seed, tries=tries, deadline=search)
     # the schedule leaves B and the decoder as they are, so CR's verification holds
     return scored_result(problem, "pgc-cr", pipelined(code, "pgc-cr"), termination=_tries_termination(code),

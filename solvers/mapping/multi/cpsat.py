@@ -18,6 +18,7 @@ TypeError, `multi solve --solver cpsat` exit 1). Every shipped multi-network ins
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from pipeplan.core.deadline import Deadline
 from pipeplan.core.registry import register
@@ -33,20 +34,21 @@ FACTOR_UNITS = 1e6     # the least objective factor f_i: rounding it down costs 
 MAX_JOINT_UNITS = 2 ** 61   # the most Z (and a demand row) may reach: its rows stay within int64
 
 
-def busy_top_ms(jv: JointVariant) -> dict[str, float]:
-    """A PU's most busy time (ms) under ``jv``: every option of every unit on it, and the
-    dearest transfer into each unit there (as the joint model's ``busy_top``, in ms)."""
+def busy_top(jv: JointVariant, units: Callable[[float], float] = float) -> dict[str, float]:
+    """A PU's most busy time under ``jv`` (loose: every option of every unit on it, and the
+    dearest transfer into each unit there), each time in ms passed through ``units`` (the joint
+    model's rounding to its time unit) before it is summed."""
     top: dict[str, float] = {}
     for i, opts in enumerate(jv.variant.options):
         for j, o in enumerate(opts):
-            top[o.pu] = top.get(o.pu, 0.0) + jv.busy(i, j)
+            top[o.pu] = top.get(o.pu, 0) + units(jv.busy(i, j))
     for i, arcs in enumerate(jv.variant.arcs):
         into: dict[str, float] = {}
         for (_, k), (t, _) in arcs.items():
             p = jv.variant.options[i][k].pu
-            into[p] = max(into.get(p, 0.0), t)
+            into[p] = max(into.get(p, 0), units(t))
         for p, t in into.items():
-            top[p] = top.get(p, 0.0) + t
+            top[p] = top.get(p, 0) + t
     return top
 
 
@@ -54,7 +56,7 @@ def joint_tick(combo: tuple[JointVariant, ...], f: list[int], g: list[int]) -> f
     """The joint model's time units per ms: TICK, coarser where Z's range (``f``: the objective
     factors) or a demand row's (``g``) would pass ``MAX_JOINT_UNITS``, and never finer than a
     chain's own unit."""
-    tops = [busy_top_ms(jv) for jv in combo]
+    tops = [busy_top(jv) for jv in combo]
     pus = {p for t in tops for p in t}
     most = max([fk * (horizon_ms(jv.variant) + 1) for fk, jv in zip(f, combo)]
                + [sum(w * t.get(p, 0.0) for w, t in zip(weights, tops)) for weights in (f, g) for p in pus]
@@ -85,30 +87,21 @@ class JointCpModel:
         self.busy_top = []
         for jv, ch in zip(combo, self.chains):
             terms: dict[str, list] = {}
-            top: dict[str, int] = {}
             u = {}
             for i, row in enumerate(ch.a):
                 for j, lit in enumerate(row):
                     p = jv.variant.options[i][j].pu
                     t = round(jv.busy(i, j) * tick)
                     terms.setdefault(p, []).append(t * lit)
-                    top[p] = top.get(p, 0) + t      # loose: every option of every unit on p, every transfer
                     if p not in u:
                         u[p] = m.NewBoolVar(f"u[{jv.network.name},{p}]")
                     m.AddImplication(lit, u[p])
             for p, flows in ch.inflow.items():     # transfers load the receiving PU (evaluator.py)
                 terms.setdefault(p, []).extend(flows)
-            for i, arcs in enumerate(jv.variant.arcs):
-                into: dict[str, int] = {}
-                for (_, k), (t, _) in arcs.items():
-                    p = jv.variant.options[i][k].pu
-                    into[p] = max(into.get(p, 0), round(t * tick))
-                for p, t in into.items():
-                    top[p] = top.get(p, 0) + t
             busy.append({p: sum(t) for p, t in terms.items()})
             used.append(u)
             self.busy_slack.append(1.0 * len(ch.a))    # half a unit per option, half per transfer
-            self.busy_top.append(top)
+            self.busy_top.append(busy_top(jv, lambda t: round(t * tick)))
         for k, jv in enumerate(combo):
             for p in jv.exclusive:
                 for mm in range(len(combo)):

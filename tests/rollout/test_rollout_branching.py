@@ -136,5 +136,5 @@ def test_a_gap_row_with_branching_plans_the_bound_s_solutions_and_keeps_its_boun
 @given(random_rounds())
 def test_the_branched_bound_holds_below_every_policy_on_random_rounds(problem):
     ends = [simulate(problem, make_policy(name)).metrics()["train_end_s"] for name in POLICIES]
-    proof = step_bound(problem, buckets=8, time_limit=3, upper=min(ends), branch_s=2)
+    proof = step_bound(problem, buckets=8, time_limit=2, upper=min(ends), branch_s=1)
     assert proof.bound_s <= min(ends) + 1e-9

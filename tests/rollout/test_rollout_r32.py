@@ -20,3 +20,35 @@ def test_every_engine_feature_off_is_the_reproduction():
     rec = reproduce(seeds=1, workloads=("lsat-ar",), Rs=(32,))[0]
     mine = _setting(PRESETS["lsat-ar"], 32, 1, QWEN3_1_7B_2xA100)
     assert abs(rec["end_time_reduction"] - mine["end_time_reduction"]) < 1e-12
+
+
+def test_a_figure_is_inside_a_band_only_between_its_ends():
+    # no tolerance: until 2026-12-07 half a point either side counted as inside, which made
+    # sci-xw R = 32's -30.5% (band -30.7 to -42.3%) a hit
+    from pipeplan.app.studies.rollout import PAPER_BANDS, in_band
+    lo, hi = PAPER_BANDS["end_time_reduction"]
+    assert in_band(lo, "end_time_reduction") and in_band(hi, "end_time_reduction")
+    assert not in_band(lo - 1e-6, "end_time_reduction") and not in_band(hi + 1e-6, "end_time_reduction")
+    assert not in_band(0.305, "end_time_reduction")
+
+
+def test_the_reproduction_reports_each_reduction_with_its_standard_error_and_counts_strictly():
+    from statistics import stdev
+
+    from pipeplan.app.studies.rollout import reproduce, reproduction_markdown
+    from pipeplan.formulations.rollout.simulator import simulate
+    from pipeplan.formulations.rollout.workloads import preset_round
+    from pipeplan.solvers.rollout.online import make_policy
+    recs = reproduce(seeds=3, workloads=("sci-jl",), Rs=(32,))
+    per_seed = []
+    for seed in range(3):
+        p = preset_round("sci-jl", 32, seed=seed)
+        a, b = (simulate(p, make_policy(name)).metrics()["train_end_s"] for name in ("sync", "fgd-soft"))
+        per_seed.append(1 - b / a)
+    rec = recs[0]
+    assert abs(rec["end_time_reduction"] - sum(per_seed) / 3) < 1e-12
+    assert abs(rec["end_time_reduction_se"] - stdev(per_seed) / 3 ** 0.5) < 1e-12
+    # sci-jl R = 32 lies below the band (-28%): the table marks it and the count says 0 of 1
+    assert not rec["end_time_reduction_in_paper_band"]
+    md = reproduction_markdown(recs, "test")
+    assert "**0 of 1 settings** lie inside both reduction bands" in md and " * |" in md

@@ -28,6 +28,7 @@ from pipeplan.core.errors import InputError
 from pipeplan.core.io import check_out_folder, check_output, staged_folder
 from pipeplan.core.param_values import MAX_WHOLE
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
+from pipeplan.formulations.rollout.workloads import REPRO_SEEDS
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Rollout admission (RolloutPipe): simulate policies, offline optimum, reproduction.")
 
@@ -364,7 +365,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
 
 
 @rollout_app.command("reproduce")
-def reproduce_cmd(seeds: int = typer.Option(3, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds per setting"),
+def reproduce_cmd(seeds: int = typer.Option(REPRO_SEEDS, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds per setting"),
                   as_json: bool = typer.Option(False, "--json", help="print one JSON record per setting"),
                   max_response: Optional[int] = MAXR, jitter: Optional[float] = JITTER,
                   frontier: int = typer.Option(FRONTIER_DEFAULT, "--frontier", min=1, help=FRONTIER_HELP),
@@ -465,7 +466,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
 
 
 @rollout_app.command("explain-r32")
-def explain_r32_cmd(seeds: int = typer.Option(3, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds per setting"),
+def explain_r32_cmd(seeds: int = typer.Option(REPRO_SEEDS, "--seeds", min=1, max=MAX_STUDY_SEEDS, help="rounds per setting"),
                     out: Path = typer.Option(Path("results/rollout"), "--out", help="folder of r32_miss.md/.csv")):
     """Why the R = 32 settings miss the paper's end-time band: the 12 settings with one modelled
     effect changed at a time (engine features, length tails, within-prompt spread); writes

@@ -27,6 +27,10 @@ from pipeplan.solvers.gradcode.cyclic import best_cyclic
 STRUCTURES = ("best", "groups")
 
 
+# the worst case is what is proven; among its optima the expected step time is a second solve
+_TIE_BREAK = {"optimal": " (proven)", "feasible": " (best found, not proven)", "none": " (not run: no time left)"}
+
+
 @dataclass
 class BackendAnswer:
     state: str                          # optimal, feasible, infeasible, none
@@ -35,6 +39,8 @@ class BackendAnswer:
     bound: float | None                 # of the model objective, seconds (mean over scenarios or worst case)
     stopped_by: str | None = None       # "work" or "time" when a limit stopped the search without a proof
     work: float | None = None           # the search's work: CP-SAT deterministic s, HiGHS nodes
+    tie_break: str | None = None        # worst-case objective: how the second solve (least expected step
+                                        # among the worst-case optima) ended: optimal, feasible or none
 
 
 def cover_shape(data: AssignmentData) -> GradientCode | None:
@@ -105,7 +111,8 @@ def assignment_result(data: AssignmentData, solver: str, answer: BackendAnswer, 
     bound = {key: min(groups_bound, value[0])} if groups_bound is not None else {}
     scope = "over group placements" + (" and the cyclic cover" if structure == "best" else "")
     scope += (f", on {data.scenarios.shape[0]} sampled delay scenarios" if data.objective == "expected"
-              else f"; ties broken by the expected step time on {data.scenarios.shape[0]} delay scenarios")
+              else f"; ties broken by the expected step time on {data.scenarios.shape[0]} delay scenarios"
+              + _TIE_BREAK.get(answer.tie_break, ""))
     notes.append(("optimal " if proven else "best found ") + scope)
     if why:
         notes.append(stop_note(why))

@@ -10,6 +10,7 @@ what the worst case left): with one thread a run its work limit stops is the sam
 machine load; the wall clock stays the safety net (``SolveResult.stopped_by`` says which)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import numpy as np
@@ -149,7 +150,8 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
                     state2 = "none"
             if state2 in ("optimal", "feasible"):
                 solver = second
-            return _answer(solver, state, x, used, q, n, G, bound, None, spent["work"])
+            return dataclasses.replace(_answer(solver, state, x, used, q, n, G, bound, None, spent["work"]),
+                                       tie_break=state2 if state2 in ("optimal", "feasible") else "none")
         return _answer(solver, state, x, used, q, n, G,
                        solver.BestObjectiveBound() / US if state == "feasible" else None, why, spent["work"])
     solver, state, why = run(expected)

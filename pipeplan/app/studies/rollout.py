@@ -229,9 +229,10 @@ def _notes(records: list[dict]) -> list[str]:
                      "in the second half of the rollout; the trainer cannot start much of its work early. The "
                      "paper's max response length is not published: a longer one widens the reduction "
                      "(sensitivity table). r32_miss.md (`pipeplan rollout explain-r32`) changes one modelled "
-                     "effect at a time: no engine feature moves R = 32 much; the within-prompt correlation of the "
-                     "lengths does (the presets take a measured one; the unmeasured split they had before left "
-                     "all four R = 32 settings below the band).")
+                     "effect at a time: the engine features move R = 32 by a few points at most and push other figures "
+                     "out of their bands; the within-prompt correlation of the lengths moves it most (the presets "
+                     "take a measured one; the unmeasured split they had before left all four R = 32 settings "
+                     "further below the band).")
     low_wait = [r for r in records if r["waiting_ratio_reduction"] < PAPER_BANDS["waiting_ratio_reduction"][0]]
     if low_wait:
         names = ", ".join(f"{r['workload']} R={r['R']}" for r in low_wait)
@@ -241,8 +242,7 @@ def _notes(records: list[dict]) -> list[str]:
     if high:
         names = ", ".join(f"{r['workload']} R={r['R']} ({key.replace('_', ' ')} -{_pct(r[key])}, band ends at "
                           f"-{_pct(PAPER_BANDS[key][1])})" for r, key in high)
-        notes.append(f"- Above the band in {names}: the largest rounds, where the trainer starts within seconds "
-                     "and waits least.")
+        notes.append(f"- Above the band in {names}.")
     base = [r for r in records if not r["baseline_waiting_ratio_in_paper_band"]]
     if base:
         names = ", ".join(f"{r['workload']} R={r['R']} ({_pct(r['baseline_waiting_ratio'])}: rollout "

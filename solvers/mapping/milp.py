@@ -142,11 +142,15 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
                              quality=Quality.FEASIBLE, bound={key: best.value}, bound_source={key: best.source},
                              params=params, message="; ".join(notes), stopped_by=why)
     model.add_upper_bound(objective, value * (1 + TIE_SLACK) + TIE_SLACK)
+    tied = "not run"
     if time_limit is None or solve_time() >= 0.5:
         second = run_milp(model, TIE_BREAK[objective], **run, time_limit=solve_time())
         params["nodes"] = (first.nodes or 0) + (second.nodes or 0) if first.nodes is not None else None
+        tied = second.state
         if second.state in ("optimal", "feasible"):
             plan = min(plan, model.plan(), key=lambda pl: objective_key(objective)(evaluate(problem, pl)))
+    if tied != "optimal":
+        notes.append(f"tie-break ({TIE_BREAK[objective]}) not proven")
     bound = {key: evaluate(problem, plan).objectives()[key]}
     return scored_result(problem, "milp", plan, objective=objective, termination=Termination.OPTIMAL,
                          quality=Quality.PROVEN_OPTIMAL, bound=bound, bound_source={key: "MILP optimum (HiGHS)"},

@@ -32,7 +32,14 @@ def test_registry_has_two_exact_backends():
 @pytest.mark.parametrize("objective", list(KEY))
 def test_exact_solver_reaches_brute_force_optimum(solver, problem, objective, optima):
     r = pipeplan.solve(problem, solver, objective=objective, time_limit=30, threads=1)
-    assert r.termination is Termination.OPTIMAL and r.quality is Quality.PROVEN_OPTIMAL, r.message
+    if solver == "cpsat" and objective.startswith("energy") and r.quality is Quality.FEASIBLE:
+        # on operator graphs CP-SAT's energy optimum holds in the model's whole units, and the
+        # bound certified for the evaluator's values may lie further below than the 0.01% a
+        # proof allows (tiny/diamond-3pu: 0.17%): then it is reported as such, never as proven
+        assert r.termination is Termination.COMPLETED and "the certified bound below it" in r.message
+        assert r.bound[KEY[objective]] <= optima[problem.name][objective] + 1e-9
+    else:
+        assert r.termination is Termination.OPTIMAL and r.quality is Quality.PROVEN_OPTIMAL, r.message
     assert r.objectives[KEY[objective]] == pytest.approx(optima[problem.name][objective], rel=TOL, abs=1e-6)
     assert evaluate(problem, plan_from_dict(r.plan)).objectives() == r.objectives
 

@@ -54,7 +54,6 @@ from pipeplan.formulations.mapping.bounds import best as best_bound
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit
 from pipeplan.solvers.mapping.common import as_objective, scored_result, search_deadline
-from pipeplan.solvers.mapping.cpsat_model import to_model
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan, within_stages
 
 START_EVALUATIONS = 1500   # NSGA-II's plans for an operator graph's warm start (module docstring)
@@ -160,7 +159,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
         # value: caps relaxed by it keep every plan that meets the bounds (so a proof holds);
         # a plan found beyond a bound is replaced by a search under caps tightened by it
         for name, value in caps.items():
-            model.add_upper_bound(name, to_model(name, value, model.escale) + math.ceil(model.slack[name]))
+            model.add_cap(name, value, +1)
         if not shared_pus:
             model.hint(start_plan)
         search.check()
@@ -169,7 +168,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
             work_limit=work_limit, timing=params)
         if outcome.plan is not None and not _meets(problem, outcome.plan, bounds):
             for name, value in caps.items():
-                model.add_upper_bound(name, to_model(name, value, model.escale) - math.ceil(model.slack[name]))
+                model.add_cap(name, value, -1)
             relaxed_bound = bound if bound is not None else (outcome.values or {}).get(objective)
             outcome, _, _, work = lexicographic(model, objective, deadline=search, seed=seed, threads=threads,
                                                tie_break=tie_break, timing=params,
@@ -279,10 +278,9 @@ def _by_configurations(problem, objective, start_plan, lower, search, *, seed, t
     if found.proven and tie_break and not search.expired() and (left_work is None or left_work >= MIN_WORK):
         try:
             model = PuStageCpModel(problem, max_stages=params["max_stages"], deadline=search)
-            model.add_upper_bound(objective, to_model(objective, found.upper, model.escale)
-                                  + math.ceil(model.slack[objective]))
+            model.add_cap(objective, found.upper, +1)
             for k, value in (eps or {}).items():
-                model.add_upper_bound(k.split("_")[0], to_model(k.split("_")[0], value, model.escale))
+                model.add_cap(k.split("_")[0], value, 0)
             model.hint(plan)
             left = search.remaining(floor=0.05)
             share = max(TIE_BREAK_MIN_S, params["search_s"])     # the tie-break may not dwarf the proof

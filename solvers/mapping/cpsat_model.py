@@ -177,6 +177,13 @@ class CpModelBase:
     def add_upper_bound(self, axis: str, value_model_units: int) -> None:
         self.m.Add(self.vars[axis] <= value_model_units)
 
+    def add_cap(self, axis: str, value: float, rounding: int) -> None:
+        """``axis`` at most ``value`` (ms or mJ) in whole model units, moved by the rounding slack
+        ``rounding`` times: +1 keeps every plan whose evaluator value meets the cap (a proof then
+        holds; plans found are checked exactly), -1 keeps only plans that meet it, 0 cuts it to
+        whole units."""
+        self.add_upper_bound(axis, to_model(axis, value, self.escale) + rounding * math.ceil(self.slack[axis]))
+
     def add_lower_bound(self, axis: str, value: float) -> None:
         """A certified lower bound ``value`` (ms or mJ, for the evaluator's values) as a cut:
         the model value may lie ``slack`` below the evaluator's, so the cut is that much lower."""

@@ -183,7 +183,7 @@ def _build(problem, objective, cap, deadline, max_stages, eps, data):
     for k, value in (eps or {}).items():   # relaxed by the rounding: plans found are checked exactly
         axis = k.split("_")[0]
         if cap is None:
-            model.add_upper_bound(axis, to_model(axis, value, model.escale) + math.ceil(model.slack[axis]))
+            model.add_cap(axis, value, +1)
         elif axis in ("period", "latency"):   # rounded down, as every time of the capped model
             model.add_upper_bound(axis, math.floor(value * CAP_TICK))
         else:

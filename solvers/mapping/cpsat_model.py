@@ -33,6 +33,11 @@ Bounds: times are rounded to whole microseconds (energies to nanojoules), so a p
 value and its evaluator value differ by at most ``MappingCpModel.slack[axis]`` model units.
 :func:`bound_from_model` turns CP-SAT's best bound into one that holds for the evaluator's
 values: whole model units up (the objective is an integer), less that slack, rounded down.
+With ``round_down`` every time is rounded down instead, so the model is a relaxation of the
+period and the latency: a plan's schedule with every start rounded down to whole microseconds
+meets every constraint (the floor of a sum is at least the sum of the floors), so the model's
+optimum or bound holds for the evaluator's values with no slack. ``cpsat`` uses it to certify an
+optimum that the rounding slack leaves uncertified.
 """
 from __future__ import annotations
 
@@ -106,10 +111,13 @@ class CpModelBase:
         prof = problem.profile
         self.pus = list(prof.pus)
         self.units = [u.name for u in problem.units]
-        idx = problem.index
+        self.dur = {key: round(t * US) for key, t in self.times_ms().items()}
+
+    def times_ms(self) -> dict[tuple[str, str], float]:
+        """(unit, PU) -> the unit's time on the PU at its top level, ms (where it runs)."""
+        prof, idx = self.problem.profile, self.problem.index
         top = {p: prof.pus[p].max_level for p in self.pus}
-        self.dur = {(u, p): round(t * US) for u in self.units for p in self.pus
-                    if (t := prof.time(idx[u], p, top[p])) is not None}
+        return {(u, p): t for u in self.units for p in self.pus if (t := prof.time(idx[u], p, top[p])) is not None}
 
     def phase(self, table, p: str, rounding=round) -> tuple[int, float]:
         """(model time, uJ) of an input or output phase on PU p at its top level; (0, 0) if none."""
@@ -228,9 +236,13 @@ class CpModelBase:
 
 class MappingCpModel(CpModelBase):
     def __init__(self, problem: MappingProblem, *, shared_pus: bool = False, max_stages: int | None = None,
-                 deadline: Deadline | None = None):
+                 deadline: Deadline | None = None, round_down: bool = False):
         super().__init__(problem, deadline)
         deadline = self.deadline
+        rounding = math.floor if round_down else round
+        self.round_down = round_down
+        if round_down:
+            self.dur = {key: math.floor(t * US) for key, t in self.times_ms().items()}
         self.shared_pus = shared_pus
         prof = problem.profile
         units = self.units
@@ -242,8 +254,8 @@ class MappingCpModel(CpModelBase):
         top = {p: prof.pus[p].max_level for p in self.pus}
         runnable = {u: [p for p in self.pus if (u, p) in self.dur] for u in units}
 
-        t_in = {p: self.phase(prof.input_stage, p) for p in self.pus}
-        t_out = {p: self.phase(prof.output_stage, p) for p in self.pus}
+        t_in = {p: self.phase(prof.input_stage, p, rounding) for p in self.pus}
+        t_out = {p: self.phase(prof.output_stage, p, rounding) for p in self.pus}
         # xfer[k]: (a, b) -> ms of edge k's tensor from PU a to PU b, where both ends run and it costs time
         pk = {p: i for i, p in enumerate(self.pus)}
         xfer = [{(a, b): t for a in runnable[e.src] for b in runnable[e.dst] if a != b and (t := times[pk[a]][pk[b]]) > 0}
@@ -319,7 +331,7 @@ class MappingCpModel(CpModelBase):
                 zv = m.NewBoolVar(f"z[{e.src},{e.dst},{a},{b}]")
                 m.AddBoolOr([self.on[(e.src, a)].Not(), self.on[(e.dst, b)].Not(), zv])
                 z[(e, a, b)] = zv
-                terms.append(round(t * US) * zv)
+                terms.append(rounding(t * US) * zv)
                 h = handoff.setdefault((e.src, a, b), m.NewBoolVar(f"h[{e.src},{a},{b}]"))
                 handoff_ms[(e.src, a, b)] = max(handoff_ms.get((e.src, a, b), t), t)
                 m.AddImplication(zv, h)

@@ -18,6 +18,10 @@ from functools import lru_cache
 import pulp
 
 GAP_REL = 1e-7          # HiGHS stops at 1e-4 by default; the optimum must hold to 1e-6
+# HiGHS also stops where the absolute gap is at most this (its mip_abs_gap, given explicitly at
+# its default), CBC at 1e-10 (its allowableGap default): below a value of 10 the absolute gap
+# is the larger, so a proven optimum's bound is the optimum less the larger of the two
+GAP_ABS = {"highs": 1e-6, "cbc": 1e-10}
 _scheduler_threads: list[int | None] = [None]    # the thread count of this process's last HiGHS solve
 _SCHEDULER_LOCK = threading.Lock()
 
@@ -110,7 +114,8 @@ def make_solver(backend: str, *, time_limit, threads, seed, warm: bool, node_lim
     if backend == "highs":
         highs_banner_off()
         nodes = {} if node_limit is None else {"mip_max_nodes": int(node_limit)}
-        return _HiGHS(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL, random_seed=seed, **nodes)
+        return _HiGHS(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL, gapAbs=GAP_ABS["highs"],
+                      random_seed=seed, **nodes)
     # CBC is deterministic by default and its randomCbcSeed 0 means "seed from the clock"
     options = [f"randomCbcSeed {seed}"] if seed else []
     return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=threads, gapRel=GAP_REL,
@@ -156,14 +161,20 @@ def solve_once(prob, backend: str, *, time_limit, threads, seed, warm: bool, nod
              pulp.LpSolutionInfeasible: "infeasible"}.get(prob.sol_status, "unknown")
     lower = None
     if state == "optimal":
-        value = prob.objective.value()
-        lower = value - GAP_REL * abs(value) - 1e-9
+        lower = optimum_lower(prob.objective.value(), backend)
     elif state in ("feasible", "unknown") and backend == "highs":
         dual = prob.solverModel.getInfo().mip_dual_bound
         lower = dual + (prob.objective.constant or 0.0) if math.isfinite(dual) else None
     why = None if state in ("optimal", "infeasible") else stopped_by(
         prob, backend, node_limit=node_limit, time_limit=time_limit, wall_s=wall)
     return state, lower, why
+
+
+def optimum_lower(value: float, backend: str) -> float:
+    """A lower bound of the objective where the solver stopped at ``value`` as optimal: it stops
+    once its relative gap is at most GAP_REL or its absolute gap at most GAP_ABS, so the optimum
+    lies at most the larger of the two below (and 1e-9 for the float sums)."""
+    return value - max(GAP_REL * abs(value), GAP_ABS[backend]) - 1e-9
 
 
 def highs_nodes(prob, backend: str) -> int | None:

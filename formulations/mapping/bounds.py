@@ -303,8 +303,9 @@ def load_balance(problem: MappingProblem, work_limit: float = 2.0, data: Problem
 
 
 def _load_lp(d: ProblemArrays, dom: np.ndarray) -> float | None:
-    """The least period of the load-balancing LP over domains ``dom``: None if it is infeasible,
-    0 (no argument) if HiGHS ends without an answer; OutOfTime past the arrays' deadline."""
+    """The least period of the load-balancing LP over domains ``dom``, as the bound its dual
+    weights certify: None if it is infeasible, 0 (no argument) if HiGHS ends without an answer;
+    OutOfTime past the arrays' deadline."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
@@ -324,7 +325,14 @@ def _load_lp(d: ProblemArrays, dom: np.ndarray) -> float | None:
                   bounds=[(0, 1)] * m + [(0, None)], method="highs",
                   options={} if left is None else {"time_limit": max(left, 1e-3)})
     if res.status == 0:
-        return float(res.fun)
+        # HiGHS's optimum holds only to its tolerances (1e-7); its duals give one that holds
+        # exactly: for PU weights w >= 0 summing to 1, the period is at least the weighted load,
+        # which is at least sum over units of min_j w_j t_ij (weak duality)
+        w = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=float), 0.0)
+        if w.sum() <= 0:
+            return 0.0
+        w = w / w.sum()
+        return float(np.where(dom, np.where(dom, d.t, 0.0) * w, np.inf).min(axis=1).sum())
     d.check_clock()
     return None if res.status == 2 else 0.0
 

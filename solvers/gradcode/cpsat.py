@@ -7,10 +7,15 @@ result falls back on the quick placements (see ``assignment_result``).
 
 ``work_limit`` (CP-SAT deterministic seconds) bounds the solves together (the tie-break gets
 what the worst case left): with one thread a run its work limit stops is the same on any
-machine load; the wall clock stays the safety net (``SolveResult.stopped_by`` says which)."""
+machine load; the wall clock stays the safety net (``SolveResult.stopped_by`` says which).
+
+Bounds: CP-SAT's bound in whole units, less what the rounding of the times to whole units can
+move a step time (half a unit per partition of a member's work, half a unit more for a reply),
+so that it holds for the true times; at microseconds that is about 1e-5 s or less."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import numpy as np
@@ -114,6 +119,14 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     load = LOAD_PER_BUILD * deadline.elapsed()
 
     spent = {"work": 0.0}
+    # c and D are rounded to whole units: a member's work lies up to half a unit per partition
+    # from US x its value, a reply up to half a unit more, so a step time's model value lies up to
+    # these from US x its true value; a bound of the model, less them, holds for the true values
+    slack_worst = 0.5 * (1 if p.pipelined else Q)
+    slack_reply = slack_worst + 0.5
+
+    def from_units(bound: float, slack: float) -> float:
+        return max(0.0, math.ceil(bound - 1e-6) - slack) / US
 
     def run(objective):
         if deadline.limit is not None and deadline.remaining() - load < 0.05:
@@ -137,7 +150,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     if data.objective == "worst":
         solver, state, why = run(worst)
         if state == "optimal":   # keep the worst case, then minimise the expected step time
-            bound = solver.BestObjectiveBound() / US
+            bound = from_units(solver.BestObjectiveBound(), slack_worst)
             m.Add(worst <= int(solver.Value(worst)))
             m.ClearHints()
             for v in [*x.values(), *used, *q]:
@@ -153,11 +166,12 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
             return dataclasses.replace(_answer(solver, state, x, used, q, n, G, bound, None, spent["work"]),
                                        tie_break=state2 if state2 in ("optimal", "feasible") else "none")
         return _answer(solver, state, x, used, q, n, G,
-                       solver.BestObjectiveBound() / US if state == "feasible" else None, why, spent["work"])
+                       from_units(solver.BestObjectiveBound(), slack_worst) if state == "feasible" else None, why,
+                       spent["work"])
     solver, state, why = run(expected)
     return _answer(solver, state, x, used, q, n, G,
-                   solver.BestObjectiveBound() / (US * R) if state in ("optimal", "feasible") else None, why,
-                   spent["work"])
+                   from_units(solver.BestObjectiveBound(), R * slack_reply) / R if state in ("optimal", "feasible")
+                   else None, why, spent["work"])
 
 
 def _answer(solver, state, x, used, q, n, G, bound, why, work) -> BackendAnswer:

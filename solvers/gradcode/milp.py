@@ -33,7 +33,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     """Raises OutOfTime when the deadline passes before the model is built and handed over."""
     import pulp
 
-    from pipeplan.solvers.pulp_backend import highs_nodes, make_solver, pick_backend, stopped_by
+    from pipeplan.solvers.pulp_backend import highs_nodes, make_solver, optimum_lower, pick_backend, stopped_by
 
     p, n, G, Q = data.problem, data.n, data.groups, data.qmax
     if G == 0:
@@ -131,7 +131,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
         spent["nodes"] += highs_nodes(prob, backend) or 0
         spent["why"] = None if state in ("optimal", "infeasible") else stopped_by(
             prob, backend, node_limit=node_limit, time_limit=left, wall_s=time.perf_counter() - began)
-        bound = prob.objective.value() if state == "optimal" else None
+        bound = optimum_lower(prob.objective.value(), backend) if state == "optimal" else None
         if backend == "highs" and state == "feasible":
             dual = prob.solverModel.getInfo().mip_dual_bound
             bound = dual if math.isfinite(dual) else None

@@ -46,7 +46,7 @@ def test_assignment_reaches_the_brute_force_optimum(solver, problem, objective):
     assert scenario_objective(problem, code, scenarios, objective) == pytest.approx(best, rel=1e-9)
     key = "saa_step_s" if objective == "expected" else "worst_step_s"
     assert r.objectives[key] == pytest.approx(best, rel=1e-9)
-    assert r.bound[key] <= r.objectives[key] + 1e-6
+    assert r.bound[key] <= best      # a bound, with the model's rounding and the solver's gaps taken off
 
 
 @pytest.mark.solvers("gradcode", exact=True)

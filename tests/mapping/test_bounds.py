@@ -20,6 +20,7 @@ from pipeplan.instances.tiny import _random, tiny_catalogue
 from pipeplan.solvers.mapping.cpsat_pu_stages import PuStageCpModel
 from pipeplan.solvers.mapping.single import fastest_pu_plan
 from pipeplan.solvers.mapping.stage_configs import search_configurations
+from tests.helpers import tiny_problem
 
 CATALOGUE = tiny_catalogue()
 
@@ -120,3 +121,20 @@ def test_forced_placement_test_keeps_the_clock_and_its_lp_matches_the_dense_one(
     dense = linprog(np.r_[np.zeros(len(cells)), 1.0], A_ub=a_ub, b_ub=np.zeros(k), A_eq=a_eq, b_eq=np.ones(n),
                     bounds=[(0, 1)] * len(cells) + [(0, None)], method="highs")
     assert _load_lp(arrays, dom) == pytest.approx(dense.fun, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.001, 50.0), min_size=2, max_size=12), st.integers(2, 4))
+def test_the_load_lp_bound_is_certified_by_its_duals(times, k):
+    """On k identical PUs the load-balancing LP's optimum is exactly sum / k (units may be
+    split); the bound ``_load_lp`` returns never exceeds it (HiGHS's own optimum
+    holds only to its 1e-7 tolerances) and lies within 1e-9 of it."""
+    import numpy as np
+
+    from pipeplan.formulations.mapping.bounds import ProblemArrays, _load_lp
+    problem = tiny_problem({f"P{j}": list(times) for j in range(k)})
+    arrays = ProblemArrays(problem)
+    exact = sum(times) / k
+    got = _load_lp(arrays, np.isfinite(arrays.t))
+    assert got <= exact * (1 + 1e-12)
+    assert got >= exact * (1 - 1e-9)

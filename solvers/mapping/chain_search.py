@@ -452,8 +452,6 @@ def solve_chain(problem: MappingProblem, solver: str, *, backend: str, objective
             u.name: problem.profile.pus[place[u.name][1]].max_level for u in problem.units})
     lower = answer.lower / AXIS_SCALE[goal]
     source = "chain models (" + ("steady-state search" if goal == "energy_ss" else backend) + ")"
-    if answer.proven and goal != "energy_ss" and backend != "cpsat":   # as milp.py reports a HiGHS optimum
-        lower, source = answer.value / AXIS_SCALE[goal], "chain MILP optimum (HiGHS)"
     if not answer.proven:       # the analytic bounds hold under any caps
         analytic = best_analytic(problem).get(KEYS[goal])
         if analytic is not None and analytic.value > lower:

@@ -41,7 +41,7 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     import pulp
 
     from pipeplan.solvers.mapping.milp_model import TIE_SLACK, MappingMilp, run_milp
-    from pipeplan.solvers.pulp_backend import check_node_limit, pick_backend
+    from pipeplan.solvers.pulp_backend import check_node_limit, optimum_lower, pick_backend
 
     check_node_limit(node_limit)
     if objective not in AXES:
@@ -151,7 +151,10 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
             plan = min(plan, model.plan(), key=lambda pl: objective_key(objective)(evaluate(problem, pl)))
     if tied != "optimal":
         notes.append(f"tie-break ({TIE_BREAK[objective]}) not proven")
-    bound = {key: evaluate(problem, plan).objectives()[key]}
+    # the solver stops within its relative and absolute gaps of the optimum: that much below it
+    proof = Bound(optimum_lower(value, backend), f"MILP optimum ({backend}) less its gap tolerance")
+    best = max(lower, proof, key=lambda b: b.value)
+    bound = min(best.value, evaluate(problem, plan).objectives()[key])
     return scored_result(problem, "milp", plan, objective=objective, termination=Termination.OPTIMAL,
-                         quality=Quality.PROVEN_OPTIMAL, bound=bound, bound_source={key: "MILP optimum (HiGHS)"},
+                         quality=Quality.PROVEN_OPTIMAL, bound={key: bound}, bound_source={key: best.source},
                          params=params, message="; ".join(notes))

@@ -117,3 +117,18 @@ def test_the_board_s_runs_on_a_pu_an_instance_lacks_are_left_out():
         for row in measured_rows(problem):
             assert set(row["mapping"].split(" ")[0]) <= set(problem.profile.pus), (name, row["mapping"])
     assert measured_rows(load_mapping("khadas-vim3/Google"))      # its other runs are still there
+
+
+def test_the_energy_page_is_written_when_a_solver_found_no_plan():
+    """On an operator graph CP-SAT with shared PUs may find no plan within its limit (a311d
+    graphs, 30 s): the page's period ratio had divided None and `pipeplan study` ended with a
+    traceback after all its solves."""
+    from pipeplan.app.studies.energy_efficiency import energy_efficiency_markdown, gains, plan_row
+    rows = [plan_row("khadas-vim3/Google", "measured", "hierarchical", mapping="GGGGBBBBBBG (pipelined)",
+                     status="measured", period_ms=30.0, energy_mj=500.0, energy_ss_mj=150.0),
+            plan_row("a311d/squeezenet", "model", "hierarchical", mapping="-", status="time_limit/none",
+                     period_ms=None, energy_mj=None, energy_ss_mj=None),
+            plan_row("a311d/squeezenet", "model", "non_pipelined", mapping="-", status="optimal/proven_optimal",
+                     period_ms=5.0, energy_mj=20.0, energy_ss_mj=20.0)]
+    md = energy_efficiency_markdown(rows, gains(rows), command="pipeplan study", static_mw=2365.0)
+    assert "a311d/squeezenet" in md and "time_limit/none" in md

@@ -219,10 +219,12 @@ def energy_efficiency_markdown(rows: list[dict], table: list[dict], *, command: 
 
 
 def _period_ratio(rows: list[dict]) -> str:
-    """``0.38-0.52x``: the hierarchical plan's period over the non-pipelined plan's (model)."""
+    """``0.38-0.52x``: the hierarchical plan's period over the non-pipelined plan's (model), over
+    the instances where both have a plan (CP-SAT may find none within its limit on an operator
+    graph: `pipeplan study` had ended there with a traceback)."""
     by = {(r["instance"], r["plan"]): r["period_ms"] for r in rows if r["source"] == "model"}
     ratios = sorted(by[i, "hierarchical"] / by[i, "non_pipelined"] for i, p in by
-                    if p == "hierarchical" and by.get((i, "non_pipelined")))
+                    if p == "hierarchical" and by[i, p] and by.get((i, "non_pipelined")))
     return f"{ratios[0]:.2f}-{ratios[-1]:.2f}x" if ratios else "?"
 
 

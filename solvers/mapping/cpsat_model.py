@@ -240,7 +240,6 @@ class MappingCpModel(CpModelBase):
         super().__init__(problem, deadline)
         deadline = self.deadline
         rounding = math.floor if round_down else round
-        self.round_down = round_down
         if round_down:
             self.dur = {key: math.floor(t * US) for key, t in self.times_ms().items()}
         self.shared_pus = shared_pus

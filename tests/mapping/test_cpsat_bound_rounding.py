@@ -76,7 +76,7 @@ def test_without_work_left_to_certify_a_rounded_optimum_is_not_called_proven():
     assert r.bound["period_ms"] < r.objectives["period_ms"]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(instances(), st.sampled_from(["period", "latency"]))
 def test_the_round_down_model_bounds_the_brute_force_optimum(problem, objective):
     """Random small graphs with fractional times: the round-down model's optimum, as a bound,

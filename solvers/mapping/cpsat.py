@@ -38,8 +38,8 @@ Bounds: CP-SAT's bound (its optimum when it proves one), less the model's roundi
 in the model's whole microseconds (nanojoules) is reported as proven only when that bound lies
 within ``stage_configs.PROOF_GAP`` of the plan's evaluator value, as the configuration search
 does; otherwise the result is ``completed``/``feasible`` with that bound. Times rounded to whole
-microseconds leave up to 0.01-0.04% of the period on the Khadas graphs and 0.2-1.8% on the
-operator graphs of a few hundred units (``MappingCpModel.slack``).
+microseconds leave up to 0.04% of the period on the Khadas graphs and up to 1.8% on the
+operator graphs of the catalogue (``MappingCpModel.slack``).
 """
 from __future__ import annotations
 

@@ -18,6 +18,16 @@ def fitting_scale(scale: float, reach: float, most: float) -> float:
     return scale if reach * scale <= most else most / reach
 
 
+def true_bound(bound: float, slack: float, scale: float) -> float:
+    """CP-SAT's best bound of an integer objective (model units) as a lower bound of the true
+    value (model units per true unit: ``scale``), never rounded up: whole units up, less
+    ``slack`` units (what the model's rounding can move the objective), the quotient rounded
+    down to the float below when the division rounded it up."""
+    units = max(0.0, math.ceil(bound - 1e-6) - slack)
+    value = units / scale
+    return math.nextafter(value, -math.inf) if value * scale > units else value
+
+
 def check_work_limit(work_limit) -> None:
     """ValueError unless ``work_limit`` is None or a positive number of deterministic seconds."""
     if work_limit is not None and (isinstance(work_limit, bool) or not isinstance(work_limit, (int, float))

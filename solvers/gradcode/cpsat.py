@@ -15,7 +15,6 @@ so that it holds for the true times; at microseconds that is about 1e-5 s or les
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Literal
 
 import numpy as np
@@ -23,7 +22,15 @@ import numpy as np
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
 from pipeplan.core.vocabulary import GradcodeAxis
-from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit, remaining, set_limits, stopped_by, work_done
+from pipeplan.solvers.cpsat_backend import (
+    MIN_WORK,
+    check_work_limit,
+    remaining,
+    set_limits,
+    stopped_by,
+    true_bound,
+    work_done,
+)
 from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
 from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
 from pipeplan.solvers.gradcode.common import search_deadline, units_per_second
@@ -125,9 +132,6 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     slack_worst = 0.5 * (1 if p.pipelined else Q)
     slack_reply = slack_worst + 0.5
 
-    def from_units(bound: float, slack: float) -> float:
-        return max(0.0, math.ceil(bound - 1e-6) - slack) / US
-
     def run(objective):
         if deadline.limit is not None and deadline.remaining() - load < 0.05:
             raise OutOfTime
@@ -150,7 +154,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     if data.objective == "worst":
         solver, state, why = run(worst)
         if state == "optimal":   # keep the worst case, then minimise the expected step time
-            bound = from_units(solver.BestObjectiveBound(), slack_worst)
+            bound = true_bound(solver.BestObjectiveBound(), slack_worst, US)
             m.Add(worst <= int(solver.Value(worst)))
             m.ClearHints()
             for v in [*x.values(), *used, *q]:
@@ -166,11 +170,11 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
             return dataclasses.replace(_answer(solver, state, x, used, q, n, G, bound, None, spent["work"]),
                                        tie_break=state2 if state2 in ("optimal", "feasible") else "none")
         return _answer(solver, state, x, used, q, n, G,
-                       from_units(solver.BestObjectiveBound(), slack_worst) if state == "feasible" else None, why,
+                       true_bound(solver.BestObjectiveBound(), slack_worst, US) if state == "feasible" else None, why,
                        spent["work"])
     solver, state, why = run(expected)
     return _answer(solver, state, x, used, q, n, G,
-                   from_units(solver.BestObjectiveBound(), R * slack_reply) / R if state in ("optimal", "feasible")
+                   true_bound(solver.BestObjectiveBound(), R * slack_reply, US * R) if state in ("optimal", "feasible")
                    else None, why, spent["work"])
 
 

@@ -62,6 +62,11 @@ def objective_key(objective: str):
     return lambda ev: tuple(round(getattr(ev, mapping_key(o)), 9) for o in order)
 
 
+def tie_break_note(axis: str | None, status: str | None) -> str | None:
+    """The message's note when a tie-break on ``axis`` was asked for and did not end optimal."""
+    return f"tie-break ({axis}) not proven" if axis and status != "optimal" else None
+
+
 def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective: str = "period",
                   termination: Termination = Termination.COMPLETED, quality: Quality = Quality.FEASIBLE,
                   bound: dict[str, float] | None = None, bound_source: dict[str, str] | None = None,

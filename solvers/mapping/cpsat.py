@@ -56,7 +56,7 @@ from pipeplan.formulations.mapping.bounds import DEFAULT_WORK, Bound, best_analy
 from pipeplan.formulations.mapping.bounds import best as best_bound
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.solvers.cpsat_backend import MIN_WORK, check_work_limit
-from pipeplan.solvers.mapping.common import as_objective, scored_result, search_deadline
+from pipeplan.solvers.mapping.common import as_objective, scored_result, search_deadline, tie_break_note
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan, within_stages
 
 START_EVALUATIONS = 1500   # NSGA-II's plans for an operator graph's warm start (module docstring)
@@ -67,6 +67,21 @@ TIE_BREAK_MIN_S = 2.0  # after a configuration search, the tie-break gets max(th
 
 if TYPE_CHECKING:
     from pipeplan.solvers.mapping.cpsat_model import CpOutcome, MappingCpModel
+
+
+UNCERTIFIED = "optimal in the model's whole units, the certified bound below it by the model's rounding"
+
+
+def proof_status(proven: bool, value: float, lower: float) -> tuple[Termination, Quality, str | None]:
+    """How a result is reported: a model optimum (``proven``) counts as proven only when the
+    bound ``lower``, which holds for the evaluator's values, lies within PROOF_GAP of ``value``;
+    otherwise it is completed/feasible, with the note why (None when there is nothing to say)."""
+    from pipeplan.solvers.mapping.stage_configs import PROOF_GAP
+    if not proven:
+        return Termination.TIME_LIMIT, Quality.FEASIBLE, None
+    if value - lower <= PROOF_GAP * value * (1 + 1e-9):
+        return Termination.OPTIMAL, Quality.PROVEN_OPTIMAL, None
+    return Termination.COMPLETED, Quality.FEASIBLE, UNCERTIFIED
 
 
 class Lexicographic(NamedTuple):
@@ -228,22 +243,13 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
                                         params=params)
         if floor_bound is not None and floor_bound > best.value:
             best = Bound(floor_bound, "CP-SAT optimum of the model with times rounded down")
-    notes = [note] if note else []
-    if proven and tie_break and params.get("tie_break_status") != "optimal":
-        notes.append(f"tie-break ({tie_break}) not proven")
-    certified = value - best.value <= PROOF_GAP * value * (1 + 1e-9)
-    if proven and not certified:
-        # optimal in the model's whole microseconds (nanojoules), but a plan the rounding ranks
-        # higher may be better by the evaluator: only the certified bound is claimed
-        notes.append("optimal in the model's whole units, the certified bound below it by the model's rounding")
-        termination, quality = Termination.COMPLETED, Quality.FEASIBLE
-    elif proven:
-        termination, quality = Termination.OPTIMAL, Quality.PROVEN_OPTIMAL
-    else:
-        termination, quality = Termination.TIME_LIMIT, Quality.FEASIBLE
+    # optimal in the model's whole microseconds (nanojoules), but a plan the rounding ranks
+    # higher may be better by the evaluator: only the certified bound is claimed
+    termination, quality, uncertified = proof_status(proven, value, best.value)
+    notes = [note, tie_break_note(tie_break, params.get("tie_break_status")) if proven else None, uncertified]
     return scored_result(problem, "cpsat", outcome.plan, objective=objective, termination=termination,
                          quality=quality, bound={key: best.value}, bound_source={key: best.source},
-                         params=params, message="; ".join(notes), stopped_by=stopped_by)
+                         params=params, message="; ".join(n for n in notes if n), stopped_by=stopped_by)
 
 
 def _round_down_bound(problem, objective, plan, caps, search, *, seed, threads, shared_pus, max_stages,
@@ -317,7 +323,7 @@ def _by_configurations(problem, objective, start_plan, lower, search, *, seed, t
     """Disjoint PU sets on an operator graph: the decomposition over PU-stage configurations
     (``stage_configs``), then the tie-break objective with the primary held at the plan found."""
     from pipeplan.solvers.mapping.cpsat_pu_stages import PuStageCpModel
-    from pipeplan.solvers.mapping.stage_configs import PROOF_GAP, search_configurations
+    from pipeplan.solvers.mapping.stage_configs import search_configurations
 
     key = AXES[objective]
     params["method"] = "stage configurations"
@@ -350,21 +356,13 @@ def _by_configurations(problem, objective, start_plan, lower, search, *, seed, t
             pass
     note = stop_note(found.stopped_by, f"{params['work']:.3f} deterministic s")
     message = f"{found.summary['closed']} of {found.summary['configurations']} stage configurations closed"
-    if found.proven and tie_break and params.get("tie_break_status") != "optimal":
-        message += f"; tie-break ({tie_break}) not proven"
-    certified = found.proven and (found.upper - found.lower.value) <= PROOF_GAP * found.upper * (1 + 1e-9)
-    if found.proven and not certified:
-        # energy: optimal in the rounded model's whole units, but the bound certified for the
-        # evaluator's values lies below by that rounding (0.03-0.42% on the A311D graphs): that
-        # bound is reported, and the result is not called proven (it had been, with gap 0)
-        return scored_result(problem, "cpsat", plan, objective=objective, termination=Termination.COMPLETED,
-                             quality=Quality.FEASIBLE, bound={key: found.lower.value},
-                             bound_source={key: found.lower.source}, params=params,
-                             message=message + "; optimal in the model's whole units, the certified bound below "
-                                               "it by the model's rounding")
-    return scored_result(problem, "cpsat", plan, objective=objective,
-                         termination=Termination.OPTIMAL if found.proven else Termination.TIME_LIMIT,
-                         quality=Quality.PROVEN_OPTIMAL if found.proven else Quality.FEASIBLE,
+    # energy: optimal in the rounded model's whole units, but the bound certified for the
+    # evaluator's values may lie below by that rounding (0.03-0.42% on the A311D graphs): then that
+    # bound is reported and the result is not called proven (it had been, with gap 0)
+    termination, quality, uncertified = proof_status(found.proven, found.upper, found.lower.value)
+    notes = [message, tie_break_note(tie_break, params.get("tie_break_status")) if found.proven else None,
+             uncertified or note]
+    return scored_result(problem, "cpsat", plan, objective=objective, termination=termination, quality=quality,
                          bound={key: found.lower.value}, bound_source={key: found.lower.source},
-                         params=params, message=message + (f"; {note}" if note else ""),
+                         params=params, message="; ".join(n for n in notes if n),
                          stopped_by=None if found.proven else (found.stopped_by or "time"))

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.solvers.cpsat_backend import fitting_scale, set_limits, stopped_by, work_done
+from pipeplan.solvers.cpsat_backend import fitting_scale, set_limits, stopped_by, true_bound, work_done
 from pipeplan.solvers.mapping.common import paced, transfer_times
 
 if TYPE_CHECKING:
@@ -81,10 +81,7 @@ def bound_from_model(axis: str, bound: float, slack: float = 0.0, escale: float 
     rounded up: whole model units up (every model value is an integer), less ``slack`` model
     units (the rounding of the model's times, ``MappingCpModel.slack``), the quotient rounded
     down to the float below when the division rounded it up."""
-    scale = US if axis != "energy" else escale * 1000.0
-    units = max(0.0, math.ceil(bound - 1e-6) - slack)
-    value = units / scale
-    return math.nextafter(value, -math.inf) if value * scale > units else value
+    return true_bound(bound, slack, US if axis != "energy" else escale * 1000.0)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pipeplan.core.vocabulary import MappingAxis
 from pipeplan.formulations.mapping.bounds import DEFAULT_WORK, Bound, certified_bounds
 from pipeplan.formulations.mapping.bounds import best as best_bound
 from pipeplan.formulations.mapping.evaluator import evaluate
-from pipeplan.solvers.mapping.common import as_objective, objective_key, scored_result, search_deadline
+from pipeplan.solvers.mapping.common import as_objective, objective_key, scored_result, search_deadline, tie_break_note
 from pipeplan.solvers.mapping.warm_start import best_heuristic_plan, within_stages
 
 
@@ -149,8 +149,8 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
         tied = second.state
         if second.state in ("optimal", "feasible"):
             plan = min(plan, model.plan(), key=lambda pl: objective_key(objective)(evaluate(problem, pl)))
-    if tied != "optimal":
-        notes.append(f"tie-break ({TIE_BREAK[objective]}) not proven")
+    if (tie_note := tie_break_note(TIE_BREAK[objective], tied)) is not None:
+        notes.append(tie_note)
     # the solver stops within its relative and absolute gaps of the optimum: that much below it
     proof = Bound(optimum_lower(value, backend), f"MILP optimum ({backend}) less its gap tolerance")
     best = max(lower, proof, key=lambda b: b.value)

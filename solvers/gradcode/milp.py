@@ -21,19 +21,20 @@ from pipeplan.solvers.gradcode.common import search_deadline
 
 HANDOVER_PER_BUILD = 1.0   # PuLP's hand-over to the solver, in units of the model's build time
 
-# HiGHS reports a solution's worst case up to its feasibility tolerance (1e-6) below the true value
-# (1.999999 s for 2 s on gradcode/hetero-n12-s2): the tie-break's cap on the worst case allows that
-# much, or it cuts off nearly every worst-case optimum (there it had "proven" 1.5321 s in sample
-# where CP-SAT's proven tie-break is 1.5015 s). The evaluator re-scores whatever comes back.
-FEASIBILITY_SLACK = 1e-6
-
 
 def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads: int,
                 backend: str = "highs", node_limit: int | None = None) -> BackendAnswer:
     """Raises OutOfTime when the deadline passes before the model is built and handed over."""
     import pulp
 
-    from pipeplan.solvers.pulp_backend import highs_nodes, make_solver, optimum_lower, pick_backend, stopped_by
+    from pipeplan.solvers.pulp_backend import (
+        highs_nodes,
+        make_solver,
+        optimum_lower,
+        pick_backend,
+        stopped_by,
+        tie_break_cap,
+    )
 
     p, n, G, Q = data.problem, data.n, data.groups, data.qmax
     if G == 0:
@@ -149,7 +150,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     if data.objective == "worst":
         state, bound = run(worst)
         if state == "optimal":   # keep the worst case, then minimise the expected step time
-            prob += worst <= worst.varValue * (1 + FEASIBILITY_SLACK) + FEASIBILITY_SLACK
+            prob += worst <= tie_break_cap(worst.varValue)
             first = dataclasses.replace(answer(state, bound), tie_break="none")
             try:
                 state2, _ = run(expected)

@@ -40,8 +40,8 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
     bounds each of their solves, and the first it stops ends the search)."""
     import pulp
 
-    from pipeplan.solvers.mapping.milp_model import TIE_SLACK, MappingMilp, run_milp
-    from pipeplan.solvers.pulp_backend import check_node_limit, optimum_lower, pick_backend
+    from pipeplan.solvers.mapping.milp_model import MappingMilp, run_milp
+    from pipeplan.solvers.pulp_backend import check_node_limit, optimum_lower, pick_backend, tie_break_cap
 
     check_node_limit(node_limit)
     if objective not in AXES:
@@ -141,7 +141,7 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
         return scored_result(problem, "milp", plan, objective=objective, termination=Termination.TIME_LIMIT,
                              quality=Quality.FEASIBLE, bound={key: best.value}, bound_source={key: best.source},
                              params=params, message="; ".join(notes), stopped_by=why)
-    model.add_upper_bound(objective, value * (1 + TIE_SLACK) + TIE_SLACK)
+    model.add_upper_bound(objective, tie_break_cap(value))  # the primary held at its optimum
     tied = "not run"
     if time_limit is None or solve_time() >= 0.5:
         second = run_milp(model, TIE_BREAK[objective], **run, time_limit=solve_time())

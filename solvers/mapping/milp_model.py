@@ -46,11 +46,6 @@ from pipeplan.formulations.mapping.plan import Plan, Stage
 from pipeplan.solvers.mapping.common import paced, transfer_times
 from pipeplan.solvers.pulp_backend import highs_nodes, make_solver, stopped_by
 
-# the primary may exceed its optimum by this in the tie-break (relative, and absolute in ms or
-# mJ): HiGHS reports a solution's values up to its feasibility tolerance (1e-6) below the true
-# ones (a311d/squeezenet's latency 1e-6 ms low), and a cap at such a value cuts the optimum off
-TIE_SLACK = 1e-6
-
 
 class MappingMilp:
     """The PuLP model of one problem; ``objectives`` maps period/latency/energy to expressions.

@@ -33,10 +33,11 @@ DEFAULT_LR = {"softmax": 2.0, "mlp": 1.0}
 
 class Diverged(ArithmeticError):
     """The training loss left the finite numbers (a learning rate far too large: --lr 1e308 had
-    trained to a NaN loss with exit 0); the run stops at that step."""
+    trained to a NaN loss with exit 0); the run stops at that step. ``survivors``: the replies
+    each step up to and including that one used, so a Ray run's divergence can be replayed."""
 
-    def __init__(self, step: int, loss: float, lr: float):
-        self.step, self.loss, self.lr = step, loss, lr
+    def __init__(self, step: int, loss: float, lr: float, survivors: list[list[int]]):
+        self.step, self.loss, self.lr, self.survivors = step, loss, lr, survivors
         super().__init__(f"training diverged at step {step}: the loss is {loss} (lr {lr:g})")
 
 
@@ -62,7 +63,7 @@ class TrainingRun:
         """One finished step: who was used, how long it took (``step_s``, else its slowest used
         reply), the loss."""
         if not math.isfinite(loss):
-            raise Diverged(len(self.loss), loss, self.lr)
+            raise Diverged(len(self.loss), loss, self.lr, self.survivors + [survivors])
         self.survivors.append(survivors)
         if step_s is None:
             step_s = float(reply_times[survivors].max())

@@ -53,6 +53,7 @@ from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.cpsat_backend import MIN_WORK
 from pipeplan.solvers.mapping.chain_options import MONOTONE, SteadyRule, Variant, check_chain, steady_rule, variants
+from pipeplan.solvers.mapping.common import tie_break_note
 
 SS_GAP = 1e-4       # relative gap at which the steady-state energy search is proven
 FIRST_SLICE_S = 10.0  # an interval's first solve (s, or deterministic s under a work limit), doubled per retry
@@ -189,8 +190,8 @@ def minimize(program: ChainProgram, objective: str, caps: dict[str, float], incu
                 if value(new, objective) <= out.value * (1 + CAP_TOL) and value(new, tie_break) < value(old, tie_break):
                     out.plan = second.plan
                     out.value = min(out.value, value(new, objective))
-            if not second.proven:
-                out.notes.append("tie-break not proven")
+            if (note := tie_break_note(tie_break, "optimal" if second.proven else None)) is not None:
+                out.notes.append(note)
     except OutOfTime:
         out.stopped_by = out.stopped_by or "time"
     out.work, out.solves = program.work, program.solves

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pipeplan.core.deadline import Deadline
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.solvers.cpsat_backend import fitting_scale, set_limits, stopped_by, work_done
+from pipeplan.solvers.cpsat_backend import fitting_scale, set_limits, stopped_by, true_bound, work_done
 from pipeplan.solvers.mapping.chain_options import Variant, chain_plan
 from pipeplan.solvers.mapping.common import paced
 
@@ -297,7 +297,7 @@ class CpChainModel:
         if status in ("optimal", "feasible", "unknown"):
             best = solver.BestObjectiveBound()
             if math.isfinite(best):
-                lower = math.ceil(best - 1e-6) / scale - margin
+                lower = true_bound(best, margin * scale, scale)
         work = work_done(solver)
         return ChainOutcome(status, plan, lower, work, stopped_by(status, work, work_limit))
 

@@ -58,6 +58,7 @@ from pipeplan.formulations.mapping.bounds import (
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
+from pipeplan.solvers.cpsat_backend import true_bound
 from pipeplan.solvers.mapping.cpsat_model import bound_from_model, to_model
 from pipeplan.solvers.mapping.cpsat_pu_stages import CAP_TICK, PuStageCpModel
 
@@ -229,7 +230,7 @@ def _solve_config(problem, model, config: Config, out: ConfigSearch, objective: 
         return
     if res.bound is not None:
         if model.capped:
-            value = math.ceil(res.bound - 1e-6) / model.tick
+            value = true_bound(res.bound, 0.0, model.tick)
         else:
             value = bound_from_model(objective, res.bound, model.slack[objective], model.escale)
         config.lower = max(config.lower, value)

@@ -25,7 +25,7 @@ from pipeplan.core.registry import register
 from pipeplan.core.vocabulary import MultiAxis
 from pipeplan.formulations.mapping.multi.plan import JointPlan
 from pipeplan.formulations.mapping.multi.problem import MultiProblem
-from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, work_done
+from pipeplan.solvers.cpsat_backend import set_limits, stopped_by, true_bound, work_done
 from pipeplan.solvers.mapping.cpsat_chain import TICK, chain_tick, horizon_ms
 from pipeplan.solvers.mapping.multi.exact import ComboOutcome, solve_exact, z_weights
 from pipeplan.solvers.mapping.multi.variants import JointVariant
@@ -171,7 +171,7 @@ class JointCpModel:
         lower = None
         best = solver.BestObjectiveBound()
         if status != "infeasible" and math.isfinite(best):
-            lower = max(0.0, (math.ceil(best - 1e-6) - self.z_slack) / scale)
+            lower = true_bound(best, self.z_slack, scale)
         work = work_done(solver)
         return ComboOutcome(status, plan, lower, work, stopped_by(status, work, work_limit))
 

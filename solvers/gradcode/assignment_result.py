@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeplan.core.deadline import Deadline
+from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.result import Quality, SolveResult, Termination, stop_note
 from pipeplan.core.vocabulary import GRADCODE_OBJECTIVES
 from pipeplan.formulations.gradcode.evaluator import scenario_objective
@@ -17,14 +17,22 @@ from pipeplan.solvers.gradcode.assignment import (
     AssignmentData,
     check_solution,
     code_from_assignment,
+    delay_free,
     fr_shape,
     greedy_shape,
     lower_bound,
+    with_floor,
 )
 from pipeplan.solvers.gradcode.common import scored_result
 from pipeplan.solvers.gradcode.cyclic import best_cyclic
 
 STRUCTURES = ("best", "groups")
+# the share of the search's time left (and of a CP-SAT work limit) that the floor's solve may take,
+# and at least FLOOR_MIN_S of it (at most half): on the catalogue it takes 0.01 s (n = 12) to 0.4 s
+# (n = 24); the backends load their libraries before it starts (with 10% of a 3 s limit and CP-SAT
+# loaded inside that share, gradcode/hetero-n12-s2 had no floor in a fresh process)
+FLOOR_SHARE = 0.1
+FLOOR_MIN_S = 0.5
 
 
 # the worst case is what is proven; among its optima the expected step time is a second solve
@@ -41,6 +49,19 @@ class BackendAnswer:
     work: float | None = None           # the search's work: CP-SAT deterministic s, HiGHS nodes
     tie_break: str | None = None        # worst-case objective: how the second solve (least expected step
                                         # among the worst-case optima) ended: optimal, feasible or none
+
+
+def floored(data: AssignmentData, solve, search: Deadline) -> tuple[AssignmentData, BackendAnswer | None]:
+    """``data`` with the floor (``assignment.delay_free``) that ``solve(problem_data,
+    deadline)``, a backend, proves within FLOOR_SHARE of the search's time left (at least
+    FLOOR_MIN_S, at most half of it), and the floor's answer (None: out of time, no floor)."""
+    left = search.remaining(floor=0.0)
+    share = Deadline(None if left is None else min(left / 2, max(FLOOR_SHARE * left, FLOOR_MIN_S)))
+    try:
+        answer = solve(delay_free(data), share)
+    except OutOfTime:
+        return data, None
+    return with_floor(data, answer.bound), answer
 
 
 def cover_shape(data: AssignmentData) -> GradientCode | None:

@@ -15,6 +15,7 @@ so that it holds for the true times; at microseconds that is about 1e-5 s or les
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import numpy as np
@@ -32,7 +33,13 @@ from pipeplan.solvers.cpsat_backend import (
     work_done,
 )
 from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
-from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
+from pipeplan.solvers.gradcode.assignment_result import (
+    FLOOR_SHARE,
+    STRUCTURES,
+    BackendAnswer,
+    assignment_result,
+    floored,
+)
 from pipeplan.solvers.gradcode.common import search_deadline, units_per_second
 
 # CP-SAT loads and presolves a large model past its own time limit: measured 5.7 s on a model
@@ -88,10 +95,17 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
         m.add(label[a] <= label[b])
     # a member's computation per step: q_g partitions, or one when pipelined
     work = {(i, g): int(c[i]) if p.pipelined else int(c[i]) * q[g] for (i, g) in x}
-    # expected step time on the scenarios: y_r >= the reply of one witness member per used group
+    # c and D are rounded to whole units: a member's work lies up to half a unit per partition
+    # from US x its value, a reply up to half a unit more, so a step time's model value lies up to
+    # these from US x its true value; a bound of the model, less them, holds for the true values
+    slack_worst = 0.5 * (1 if p.pipelined else Q)
+    slack_reply = slack_worst + 0.5
+    # expected step time on the scenarios: y_r >= the reply of one witness member per used group,
+    # and >= the floor (``delay_free``), less the rounding
     D = np.round(data.scenarios * US).astype(np.int64)
     top = int((c * Q + D.max(axis=0)).max())
-    y = [m.new_int_var(0, top, f"y{r}") for r in range(R)]
+    low = min(top, max(0, math.ceil(data.floor * US - slack_reply)))
+    y = [m.new_int_var(low, top, f"y{r}") for r in range(R)]
     for r in range(R):
         delay = D[r].tolist()
         for g in range(G):
@@ -105,7 +119,8 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
             m.add(total(wit) >= used[g])
     expected = total(y)
     if data.objective == "worst":   # the s+1 "core" members of each group bound the worst case
-        worst = m.new_int_var(0, int(c.max() * Q), "worst")
+        cmax = int(c.max() * Q)
+        worst = m.new_int_var(min(cmax, max(0, math.ceil(data.floor * US - slack_worst))), cmax, "worst")
         for g in range(G):
             deadline.check()
             core = []
@@ -126,11 +141,6 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     load = LOAD_PER_BUILD * deadline.elapsed()
 
     spent = {"work": 0.0}
-    # c and D are rounded to whole units: a member's work lies up to half a unit per partition
-    # from US x its value, a reply up to half a unit more, so a step time's model value lies up to
-    # these from US x its true value; a bound of the model, less them, holds for the true values
-    slack_worst = 0.5 * (1 if p.pipelined else Q)
-    slack_reply = slack_worst + 0.5
 
     def run(objective):
         if deadline.limit is not None and deadline.remaining() - load < 0.05:
@@ -197,10 +207,16 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, objective: Gradc
     if structure not in STRUCTURES:
         raise ValueError(f"unknown structure {structure!r} ({', '.join(STRUCTURES)})")
     data = assignment_data(problem, objective, scenarios=scenarios, seed=seed)
+    from ortools.sat.python import cp_model  # noqa: F401  loaded before the floor's share of the time starts
+    share = None if work_limit is None else FLOOR_SHARE * work_limit
+    data, floor = floored(data, lambda d, dl: solve_model(d, deadline=dl, seed=seed, threads=threads, work_limit=share),
+                          search)
+    floor_work = (floor.work or 0.0) if floor is not None else 0.0
     try:
-        answer = solve_model(data, deadline=search, seed=seed, threads=threads, work_limit=work_limit)
+        answer = solve_model(data, deadline=search, seed=seed, threads=threads,
+                             work_limit=remaining(work_limit, floor_work))
     except OutOfTime:
         answer = BackendAnswer("none", None, None, None, "time")
     params = {"objective": objective, "scenarios": scenarios, "structure": structure, "work_limit": work_limit,
-              "work": answer.work}
+              "work": (answer.work or 0.0) + floor_work, "floor_s": data.floor}
     return assignment_result(data, "cpsat", answer, structure=structure, params=params, clock=clock, search=search)

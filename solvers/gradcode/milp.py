@@ -4,7 +4,8 @@ solved lexicographically (worst case, then expected step time).
 
 ``node_limit``: the most branch-and-bound nodes of each solve (HiGHS ``mip_max_nodes``, CBC
 ``maxNodes``), the MILP's work limit; HiGHS has no deterministic clock and does not count the
-root node's work, which only the wall-clock limit bounds (see ``pulp_backend``)."""
+root node's work, which only the wall-clock limit bounds (see ``pulp_backend``). The floor's
+solve (``assignment.delay_free``, one scenario) may take ``FLOOR_SHARE`` x scenarios x that many."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,13 @@ from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.registry import register
 from pipeplan.core.vocabulary import GradcodeAxis
 from pipeplan.solvers.gradcode.assignment import AssignmentData, assignment_data, fr_shape
-from pipeplan.solvers.gradcode.assignment_result import STRUCTURES, BackendAnswer, assignment_result
+from pipeplan.solvers.gradcode.assignment_result import (
+    FLOOR_SHARE,
+    STRUCTURES,
+    BackendAnswer,
+    assignment_result,
+    floored,
+)
 from pipeplan.solvers.gradcode.common import search_deadline
 
 HANDOVER_PER_BUILD = 1.0   # PuLP's hand-over to the solver, in units of the model's build time
@@ -75,10 +82,11 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     c = data.c
     # a member's computation per step: q_g partitions, or one when pipelined
     work = (lambda i, g: c[i]) if p.pipelined else (lambda i, g: c[i] * q[g])
-    # expected step time on the scenarios: y_r >= the reply of one witness member per used group
+    # expected step time on the scenarios: y_r >= the reply of one witness member per used group,
+    # and >= the floor (``delay_free``)
     D = data.scenarios
     R = D.shape[0]
-    y = [prob.add_variable(f"y_{r}", 0) for r in range(R)]
+    y = [prob.add_variable(f"y_{r}", data.floor) for r in range(R)]
     for r in range(R):
         for g in range(G):
             deadline.check()
@@ -94,7 +102,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
             prob += y[r] >= pulp.lpSum(w * (D[r, i] + c[i]) for i, w in wit.items())
     expected = pulp.lpSum(y) * (1.0 / R)
     if data.objective == "worst":   # the s+1 "core" members of each group bound the worst case
-        worst = prob.add_variable("worst", 0)
+        worst = prob.add_variable("worst", data.floor)
         for g in range(G):
             deadline.check()
             core = []
@@ -178,11 +186,18 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, objective: Gradco
     if structure not in STRUCTURES:
         raise ValueError(f"unknown structure {structure!r} ({', '.join(STRUCTURES)})")
     data = assignment_data(problem, objective, scenarios=scenarios, seed=seed)
+    import pulp  # noqa: F401  loaded before the floor's share of the time starts
+    # the floor's model has one scenario, so its nodes are about 1/scenarios the work of the main
+    # model's: it may take FLOOR_SHARE of the main solve's work in them (hetero-n12-s2: 156 nodes)
+    floor_nodes = None if node_limit is None else max(node_limit, round(FLOOR_SHARE * scenarios * node_limit))
+    data, floor = floored(data, lambda d, dl: solve_model(d, deadline=dl, seed=seed, threads=threads, backend=backend,
+                                                          node_limit=floor_nodes), search)
     try:
         answer = solve_model(data, deadline=search, seed=seed, threads=threads, backend=backend,
                              node_limit=node_limit)
     except OutOfTime:
         answer = BackendAnswer("none", None, None, None, "time")
+    nodes = [a.work for a in (floor, answer) if a is not None and a.work is not None]
     params = {"objective": objective, "scenarios": scenarios, "structure": structure, "backend": backend,
-              "node_limit": node_limit, "nodes": answer.work}
+              "node_limit": node_limit, "nodes": sum(nodes) if nodes else None, "floor_s": data.floor}
     return assignment_result(data, "milp", answer, structure=structure, params=params, clock=clock, search=search)

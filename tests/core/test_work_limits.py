@@ -171,7 +171,6 @@ def test_finished_runs_say_nothing_stopped_them():
     assert r.termination is Termination.COMPLETED and r.stopped_by is None
 
 
-
 def test_a_tie_break_the_work_limit_cuts_names_its_axis():
     """The block-chain search (YOLOv3, 75 blocks) proves the least period within 1.6
     deterministic seconds and has none left to prove the least latency among those plans: the
@@ -180,6 +179,7 @@ def test_a_tie_break_the_work_limit_cuts_names_its_axis():
                        time_limit=60, work_limit=1.6, threads=1)
     assert r.quality is Quality.PROVEN_OPTIMAL, r.message
     assert r.message == "tie-break (latency) not proven"
+
 
 # ----------------------------------------------------------------------------- honest bounds
 

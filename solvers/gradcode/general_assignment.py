@@ -35,10 +35,13 @@ hetero-n12-s1 the team code best on the R = 64 scenarios was 1.021 s there but 1
 sample, overfitted. The bound is on the in-sample objective (``saa_step_s``), so the gap compares
 like with like; the evaluator's expected step time is out of sample.
 
-Measured (results/gradcode/general.md, 60 s, 2 threads): on hetero-n12-s2 the team code takes
-1.151 s against 1.508 s for the optimal group placement (-23.7%), on hetero-n12-s1 1.053 s
-against 1.137 s (-7.4%; bound 0.841 s in sample); on hetero-n12-s3 the group placement meets
-the bound: no code does better on those scenarios.
+Measured (results/gradcode/general.md, 60 s, 2 threads, the team search on its time share):
+on hetero-n12-s2 the team code takes 1.125 s against 1.508 s for the optimal group placement
+(-25.4%), on hetero-n24-s2 1.344 s against 1.521 s (-11.7%), on hetero-n12-s1 1.059 s against
+1.135 s (-6.7%; bound 0.841 s in sample); on hetero-n12-s3 the group placement meets the bound:
+no code does better on those scenarios. The team search needs CP-SAT's parallel portfolio: on
+one thread, or with ``team_work`` at 6 deterministic s on two, it found nothing better than
+the group placement on hetero-n12-s2 (1.504-1.508 s).
 """
 from __future__ import annotations
 
@@ -71,7 +74,10 @@ from pipeplan.solvers.gradcode.team_codes import MAX_TEAM_LITERALS, groups_as_te
 BOUND_SHARE, GROUPS_SHARE, TEAMS_SHARE = 0.3, 0.35, 0.9
 # The team search's budget in CP-SAT deterministic seconds: it seldom proves optimality, so it is
 # run as a heuristic with a fixed amount of work (the same result on any machine load with one
-# thread); reaching it ends the search normally, while the wall clock stays the safety net
+# thread); reaching it ends the search normally, while the wall clock stays the safety net. At
+# this budget, or on one thread, the team codes seldom beat the group placement (hetero-n12-s2):
+# for them give a larger ``team_work`` and two threads or more (the study: 1,000, so that the
+# time share decides; results/gradcode/general.md)
 TEAM_WORK = 2.0
 # Above LARGE_N workers the team model takes the first LARGE_SCENARIOS scenarios and one extra
 # team per block (the choice is still scored on all of them): measured on hetero-n24-s2, 40 s of

@@ -82,12 +82,22 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     c = data.c
     # a member's computation per step: q_g partitions, or one when pipelined
     work = (lambda i, g: c[i]) if p.pipelined else (lambda i, g: c[i] * q[g])
+    # the placement's step with no delays (t0, at least the proven floor, ``delay_free``) lies
+    # under every scenario's: a group with no member faster than v works at least v per partition
+    # (pipelined: v). Rows per group and speed, not per witness: the witness rows' relaxation
+    # spreads w over the members (hetero-n24-s2's floor: 3,103 nodes with them alone)
+    t0 = prob.add_variable("t0", data.floor)
+    for g in range(G):
+        amount, most = (used[g], 1) if p.pipelined else (q[g], Q)
+        for v in sorted(set(c[g:].tolist())):
+            prob += t0 >= v * amount - v * most * pulp.lpSum(x[i, g] for i in range(g, n) if c[i] < v)
     # expected step time on the scenarios: y_r >= the reply of one witness member per used group,
-    # and >= the floor (``delay_free``)
+    # and >= t0
     D = data.scenarios
     R = D.shape[0]
     y = [prob.add_variable(f"y_{r}", data.floor) for r in range(R)]
     for r in range(R):
+        prob += y[r] >= t0
         for g in range(G):
             deadline.check()
             wit = {}
@@ -103,6 +113,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     expected = pulp.lpSum(y) * (1.0 / R)
     if data.objective == "worst":   # the s+1 "core" members of each group bound the worst case
         worst = prob.add_variable("worst", data.floor)
+        prob += worst >= t0
         for g in range(G):
             deadline.check()
             core = []

@@ -95,7 +95,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
     # and >= t0
     D = data.scenarios
     R = D.shape[0]
-    y = [prob.add_variable(f"y_{r}", data.floor) for r in range(R)]
+    y = [prob.add_variable(f"y_{r}") for r in range(R)]
     for r in range(R):
         prob += y[r] >= t0
         for g in range(G):
@@ -112,7 +112,7 @@ def solve_model(data: AssignmentData, *, deadline: Deadline, seed: int, threads:
             prob += y[r] >= pulp.lpSum(w * (D[r, i] + c[i]) for i, w in wit.items())
     expected = pulp.lpSum(y) * (1.0 / R)
     if data.objective == "worst":   # the s+1 "core" members of each group bound the worst case
-        worst = prob.add_variable("worst", data.floor)
+        worst = prob.add_variable("worst")
         prob += worst >= t0
         for g in range(G):
             deadline.check()

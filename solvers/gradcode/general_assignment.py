@@ -76,8 +76,8 @@ BOUND_SHARE, GROUPS_SHARE, TEAMS_SHARE = 0.3, 0.35, 0.9
 # run as a heuristic with a fixed amount of work (the same result on any machine load with one
 # thread); reaching it ends the search normally, while the wall clock stays the safety net. At
 # this budget, or on one thread, the team codes seldom beat the group placement (hetero-n12-s2):
-# for them give a larger ``team_work`` and two threads or more (the study: 1,000, so that the
-# time share decides; results/gradcode/general.md)
+# for them give ``team_work=None`` (no budget: the time share decides) and two threads or more,
+# as the study does (results/gradcode/general.md)
 TEAM_WORK = 2.0
 # Above LARGE_N workers the team model takes the first LARGE_SCENARIOS scenarios and one extra
 # team per block (the choice is still scored on all of them): measured on hetero-n24-s2, 40 s of
@@ -200,13 +200,18 @@ def tune_loads(problem: GradCodeProblem, start: np.ndarray, scenarios: np.ndarra
 @register("gradcode", "general", requires=("pulp", "ortools"),
           description="general codes: coverage lower bound (MILP, every exact code) + best of group, team and heterogeneity-aware codes")
 def solve_general(problem, *, time_limit=None, seed=0, threads=1, scenarios: int = 64, tries: int = 8,
-                  team_work: float = TEAM_WORK):
+                  team_work: float | None = TEAM_WORK):
     """The time limit covers the bound model, the group and team searches, the load tuning and
     the re-scoring (shares: ``BOUND_SHARE``...); ``team_work``: the team search's budget in
-    CP-SAT deterministic seconds. A run ends ``time_limit`` (stopped by the wall clock) when the
-    clock cut the bound, the exact group search or the team search short."""
-    if isinstance(team_work, bool) or not isinstance(team_work, (int, float)) or not team_work > 0:
+    CP-SAT deterministic seconds (None: no budget, its share of the time limit ends it; it then
+    needs a time limit, since the search seldom ends by a proof). A run ends ``time_limit``
+    (stopped by the wall clock) when the clock cut the bound, the exact group search or the team
+    search short."""
+    if team_work is not None and (isinstance(team_work, bool) or not isinstance(team_work, (int, float))
+                                  or not team_work > 0):
         raise InputError("solver general", "team_work", f"must be a positive number of deterministic seconds, got {team_work!r}")
+    if team_work is None and time_limit is None:
+        raise InputError("solver general", "team_work", "none (no work budget) needs a time limit")
     clock, search = Deadline(time_limit), search_deadline(time_limit, problem)
     data = assignment_data(problem, "expected", scenarios=scenarios, seed=seed)
     scen = data.scenarios[:, data.order.argsort()]          # worker order

@@ -154,10 +154,15 @@ def test_online_rule_stops_at_the_first_decoding_prefix_and_never_after_the_team
         code_from_dict({**code.to_dict(), "stop": "soon"})
 
 
-def test_general_solver_is_rescored_by_the_evaluator_and_its_gap_matches_its_bound():
-    p = GradCodeProblem("hetero-n6", 6, 1, 6, (2.0, 1.0, 0.5, 1.0, 2.0, 0.5), (0.05, 0.15, 0.4, 0.15, 0.05, 0.4),
-                        (4, 2, 2, 2, 4, 2))
-    r = pipeplan.solve(p, "general", time_limit=5, scenarios=16, seed=0)
+HETERO_N6 = GradCodeProblem("hetero-n6", 6, 1, 6, (2.0, 1.0, 0.5, 1.0, 2.0, 0.5), (0.05, 0.15, 0.4, 0.15, 0.05, 0.4),
+                            (4, 2, 2, 2, 4, 2))
+
+
+@pytest.mark.parametrize("team_work", [2.0, None])
+def test_general_solver_is_rescored_by_the_evaluator_and_its_gap_matches_its_bound(team_work):
+    p = HETERO_N6
+    r = pipeplan.solve(p, "general", time_limit=5, scenarios=16, seed=0, team_work=team_work)
+    assert r.params["team_work"] == team_work
     assert r.quality.value != "none", r.message
     code = code_from_dict(r.plan)
     scenarios = draw_scenarios(p, 16, 0)
@@ -170,6 +175,11 @@ def test_general_solver_is_rescored_by_the_evaluator_and_its_gap_matches_its_bou
     # the bound holds for every code: the best group placement (brute force) too
     assert bound <= brute_force.optimum(p, scenarios) + 1e-9
     assert r.objectives["saa_step_s"] <= brute_force.optimum(p, scenarios) + 1e-9
+
+
+def test_general_without_a_work_budget_needs_a_time_limit():
+    r = pipeplan.solve(HETERO_N6, "general", team_work=None)
+    assert r.termination.value == "error" and "team_work" in r.message and "needs a time limit" in r.message
 
 
 def test_general_solver_reports_infeasible_capacities():

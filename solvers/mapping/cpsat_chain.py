@@ -259,7 +259,10 @@ class CpChainModel:
         top, slack = dict(self.top), self.slack
         for axis, cap in (caps or {}).items():    # as the variable's domain (the scaling below uses it)
             room = -slack[axis] if strict else slack[axis]
-            top[axis] = min(top[axis], max(-1, math.floor(cap * self.scale[axis] + room + 1e-6)))
+            units = cap * self.scale[axis] + room + 1e-6
+            if units >= top[axis]:    # binds nothing (1e308 ms had overflowed the integer)
+                continue
+            top[axis] = max(-1, math.floor(units))
             if top[axis] < 0:
                 return ChainOutcome("infeasible", None, None)
             capped = m.NewIntVar(0, top[axis], f"{axis}<=cap")

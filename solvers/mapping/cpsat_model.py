@@ -64,11 +64,22 @@ NJ = 1000.0      # model energy unit: 1 nJ; ms x mW = uJ, so x 1000
 MAX_ENERGY_UNITS = 10**15
 
 
+# Model units past every variable's domain, and inside 64 bits: a cap given as 1e15 ms or 1e308
+# mJ (valid, and binding no plan) had reached CP-SAT as an integer past int64 (TypeError) or
+# infinity (OverflowError); ``floor_units`` stops there and ``add_upper_bound`` drops such caps.
+UNITS_CEILING = 2 ** 62
+
+
+def floor_units(x: float) -> int:
+    """``floor(x)`` for x >= 0, at most ``UNITS_CEILING`` (x may be inf)."""
+    return math.floor(x) if x < UNITS_CEILING else UNITS_CEILING
+
+
 def to_model(axis: str, value: float, escale: float = NJ) -> int:
     """A value in ms (or mJ) in the model's integer units, rounded down (for <= bounds);
     ``escale``: the model's energy units per uJ (``CpModelBase.escale``)."""
     scale = US if axis != "energy" else escale * 1000.0
-    return int(value * scale + 1e-6)
+    return floor_units(value * scale + 1e-6)
 
 
 def from_model(axis: str, value: float, escale: float = NJ) -> float:
@@ -180,7 +191,10 @@ class CpModelBase:
     # ------------------------------------------------------------------ solving
 
     def add_upper_bound(self, axis: str, value_model_units: int) -> None:
-        self.m.Add(self.vars[axis] <= value_model_units)
+        """``axis`` at most ``value_model_units``; a cap at or past the variable's domain binds
+        nothing and is left out."""
+        if value_model_units < self.tops[axis]:
+            self.m.Add(self.vars[axis] <= value_model_units)
 
     def add_cap(self, axis: str, value: float, rounding: int) -> None:
         """``axis`` at most ``value`` (ms or mJ) in whole model units, moved by the rounding slack
@@ -365,6 +379,7 @@ class MappingCpModel(CpModelBase):
         self.energy = m.NewIntVar(0, MAX_ENERGY_UNITS, "energy")  # every plan's energy (``energy_terms``)
         m.Add(self.energy == sum(energy_terms))
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}
+        self.tops = {"period": horizon, "latency": horizon * S, "energy": MAX_ENERGY_UNITS}
         self.slack = self.rounding_slack(runnable, xfer, t_in, t_out, top)
 
     def hint(self, plan: Plan) -> None:

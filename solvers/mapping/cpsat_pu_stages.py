@@ -214,6 +214,7 @@ class PuStageCpModel(CpModelBase):
         self.energy = m.NewIntVar(0, MAX_ENERGY_UNITS, "energy")  # every plan's energy (``energy_terms``)
         m.Add(self.energy == sum(energy_terms))
         self.vars = {"period": self.period, "latency": self.latency, "energy": self.energy}
+        self.tops = {"period": horizon, "latency": horizon * S, "energy": MAX_ENERGY_UNITS}
         self.g = g
         self.slack = self.rounding_slack(runnable, xfer_ms, t_in, t_out, top)
 

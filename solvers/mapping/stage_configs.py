@@ -59,7 +59,7 @@ from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.cpsat_backend import true_bound
-from pipeplan.solvers.mapping.cpsat_model import bound_from_model, to_model
+from pipeplan.solvers.mapping.cpsat_model import bound_from_model, floor_units, to_model
 from pipeplan.solvers.mapping.cpsat_pu_stages import CAP_TICK, PuStageCpModel
 
 PROOF_GAP = 1e-4         # a configuration may not beat the incumbent by less than this (relative)
@@ -186,7 +186,7 @@ def _build(problem, objective, cap, deadline, max_stages, eps, data):
         if cap is None:
             model.add_cap(axis, value, +1)
         elif axis in ("period", "latency"):   # rounded down, as every time of the capped model
-            model.add_upper_bound(axis, math.floor(value * CAP_TICK))
+            model.add_upper_bound(axis, floor_units(value * CAP_TICK))
         else:
             raise ValueError("an energy bound with the period objective needs the uncapped model")
     return model

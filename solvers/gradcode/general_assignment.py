@@ -36,10 +36,11 @@ sample, overfitted. The bound is on the in-sample objective (``saa_step_s``), so
 like with like; the evaluator's expected step time is out of sample.
 
 Measured (results/gradcode/general.md, 60 s, 2 threads, the team search on its time share):
-on hetero-n12-s2 the team code takes 1.125 s against 1.508 s for the optimal group placement
-(-25.4%), on hetero-n24-s2 1.344 s against 1.521 s (-11.7%), on hetero-n12-s1 1.059 s against
+on hetero-n12-s2 the team code takes 1.27 s against 1.508 s for the optimal group placement
+(-15.8%), on hetero-n24-s2 1.24 s against 1.521 s (-18.5%), on hetero-n12-s1 1.058 s against
 1.135 s (-6.7%; bound 0.841 s in sample); on hetero-n12-s3 the group placement meets the bound:
-no code does better on those scenarios. The team search needs CP-SAT's parallel portfolio: on
+no code does better on those scenarios. Two threads make the search vary from run to run (an
+earlier run of the same day: -25.4% and -11.7%). It needs CP-SAT's parallel portfolio: on
 one thread, or with ``team_work`` at 6 deterministic s on two, it found nothing better than
 the group placement on hetero-n12-s2 (1.504-1.508 s).
 """

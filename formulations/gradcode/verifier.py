@@ -269,7 +269,7 @@ def _run(decode: _Decoder, source, deadline: Deadline | None):
         chunk = min(2 * chunk, most)
         if deadline is not None and deadline.limit is not None:
             pace = (time.perf_counter() - began) / done
-            chunk = max(1, min(chunk, int(deadline.remaining() / pace) if pace > 0 else chunk))
+            chunk = max(1, int(min(chunk, deadline.remaining() / pace)) if pace > 0 else chunk)   # min first: 1e308 s / pace is inf
     return np.concatenate(figures, axis=1), np.concatenate(decoded)
 
 

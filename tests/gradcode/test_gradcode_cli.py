@@ -86,6 +86,16 @@ def test_bad_options(args, needles, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("scheme", ["cr", "fr"])
+def test_place_takes_a_time_limit_of_1e308_seconds(scheme, tmp_path):
+    """The verifier sized its chunks by int(time left / pace): infinity past about 1e306 s
+    (OverflowError traceback, exit 1; found by a hostile-input audit)."""
+    out = tmp_path / "code.json"
+    proc = cli("place", "--scheme", scheme, "--n", 6, "--s", 1, "--time-limit", "1e308", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["n"] == 6
+
+
 @pytest.mark.parametrize("model", ["softmax", "mlp"])
 def test_a_diverging_training_run_is_an_error_naming_the_learning_rate(model, tmp_path):
     """--lr 1e308 trained to a NaN loss and printed it with exit 0; the run now stops at the

@@ -141,6 +141,11 @@ def measure(system: str, solver: str, size: int, limit: float) -> LimitRun:
                     takes_limit="time_limit" in get_solver(system, solver).params)
 
 
+# The longest limit a run may be given: its kill timer (``kill_after``) must stay a time the
+# platform's clock can hold; 1e10 s had crashed the timer's thread, leaving the run unwatched.
+MAX_LIMIT_S = 1e6
+
+
 def kill_after(limit: float) -> float:
     """Seconds after which a run is killed: ten times its goal, so a miss is still measured."""
     return 10 * (limit * SLACK_FACTOR + SLACK_S)

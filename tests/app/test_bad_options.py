@@ -146,3 +146,17 @@ def test_costmodel_writes_all_its_files_or_none(tmp_path):
     assert_input_error(run_cli("costmodel", "--out", out), "README.md", "is a folder")
     assert sorted(p.name for p in out.iterdir()) == [".pipeplan-out", "README.md"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]          # no staging folder left
+
+
+# A limit whose kill timer (10x) passes the platform's clock had crashed the timer's thread
+# (traceback; the run went on unwatched), and an empty list had named --time-limit and -1
+# (found by a hostile-input audit).
+LIMITS = [("1e10", "--limits: at most 1e+06 s a run"), ("1e308", "--limits: at most 1e+06 s a run"),
+          ("", "--limits: no time limit given"), ("0", "--limits: must be a positive number")]
+
+
+@pytest.mark.parametrize("limits,needle", LIMITS, ids=[n for n, _ in LIMITS])
+def test_limits_refuses_limits_it_cannot_watch(limits, needle, tmp_path):
+    assert_input_error(run_cli("limits", "--systems", "mapping", "--limits", limits, "--out", tmp_path / "l.md"),
+                       needle)
+    assert not (tmp_path / "l.md").exists()

@@ -499,7 +499,7 @@ def limits_cmd(out: Path = typer.Option(Path("results/limits.md"), "--out", help
                limits: str = typer.Option("3,30", "--limits", help="time limits to try (s), comma list")):
     """Benchmark the time-limit guarantee: whole-process wall time and peak memory of every
     solver on synthetic instances of growing size (one process per run)."""
-    from pipeplan.app.limits import SIZES, measure, plan, report
+    from pipeplan.app.limits import MAX_LIMIT_S, SIZES, measure, plan, report
     from pipeplan.core.io import check_output, write_atomic
 
     chosen = name_list("--systems", systems)
@@ -511,8 +511,12 @@ def limits_cmd(out: Path = typer.Option(Path("results/limits.md"), "--out", help
     except ValueError:
         raise InputError("--limits", "", f"not a comma list of seconds: {limits!r}") from None
     refuse_twice("--limits", list(seconds))
-    for limit in seconds or (None,):
-        check_limits(limit if limit is not None else -1.0)
+    if not seconds:
+        raise InputError("--limits", "", f"no time limit given: {limits!r}")
+    for limit in seconds:
+        check_limits(limit, option="--limits")
+        if limit > MAX_LIMIT_S:
+            raise InputError("--limits", "", f"at most {MAX_LIMIT_S:g} s a run, got {limit:g}")
     check_output(out)
     load = __import__("os").getloadavg()
     runs = []

@@ -50,6 +50,7 @@ from pipeplan.core.api import MAX_SEED
 from pipeplan.core.deadline import check_stop
 from pipeplan.core.errors import InputError, brief_value, crash_message
 from pipeplan.core.io import (
+    OUT_MARKER,
     DuplicateKey,
     check_fields,
     check_out_folder,
@@ -792,7 +793,11 @@ def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jo
     cores = os.cpu_count() or 1
     if jobs > cores:
         warn("--jobs", "", f"{jobs} exceeds the {cores} cores of this machine: runs will compete for CPU")
-    check_out_folder(out, ours=(RECORDS, LOCK))    # new, empty, pipeplan's, or a bench folder (runs.jsonl, bench.lock)
+    # new, empty, pipeplan's (marked), or a bench folder from before the marker: one whose
+    # runs.jsonl starts with a run record (any file of that name had made a folder ours), or
+    # one a bench left at its start (bench.lock, judged by the lock's own checks)
+    check_out_folder(out, ours=((RECORDS,) if _starts_with_a_record(out / RECORDS) else ()) + (LOCK,))
+    _check_outputs(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -821,6 +826,53 @@ def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jo
         (run_local if engine == "local" else run_ray)(todo, jobs, on_record, grace_s)
     return {"runs": total, "skipped": total - len(todo), "ran": len(todo),
             "wall_time_s": time.perf_counter() - began}
+
+
+# the files a bench and its report write into the folder besides runs.jsonl (and the plots, *.png)
+WRITTEN = ("suite.json", "summary.csv", "report.md", SNAPSHOT, OUT_MARKER)
+
+
+def _check_outputs(out: Path) -> None:
+    """Every file the bench or its report will replace must be a plain file (or absent), checked
+    before the first run: a summary.csv linked elsewhere had been refused only by the report,
+    after the runs were appended to runs.jsonl and suite.json rewritten (exit 2, written)."""
+    if not out.is_dir():
+        return
+    check_output(out / RECORDS, log=True)
+    for name in WRITTEN:
+        check_output(out / name)
+    try:
+        with os.scandir(out) as entries:
+            plots = [e.name for e in entries if e.name.endswith(".png")]
+    except OSError as exc:
+        raise InputError(str(out), "", f"cannot read the folder ({exc.strerror or exc})") from None
+    for name in plots:
+        check_output(out / name)
+
+
+def _starts_with_a_record(path: Path) -> bool:
+    """Whether ``path``'s first line is a bench run record (read without following a link,
+    at most ``FIRST_LINE_BYTES``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, FIRST_LINE_BYTES).split(b"\n", 1)[0]
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(head.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(record, dict) and all(key in record for key in ("system", "instance", "solver", "seed"))
+
+
+FIRST_LINE_BYTES = 1 << 20
 
 
 def _snapshot_optima(out: Path, instances: set[str]) -> None:

@@ -26,10 +26,15 @@ from pipeplan.app.bench import (
     scan_records,
 )
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import OUT_MARKER
 from tests.cli_helpers import ROOT, assert_input_error, run_cli
 
 ONE = '[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["single"]\ntime_limit = 5\n'
 TWO = '[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["single", "heft"]\ntime_limit = 5\n'
+
+
+# a run record as a bench writes it (the fields that make a runs.jsonl a bench's)
+RECORD = {"system": "mapping", "instance": "khadas-vim3/SqueezeV1", "solver": "single", "seed": 0}
 
 
 def suite_file(folder: Path, body: str) -> str:
@@ -157,6 +162,7 @@ def test_property_a_rerun_after_a_torn_write_keeps_every_complete_record(tmp_pat
     with mock.patch.object(bench, "run_local", fake_engine):
         out = Path(tmp) / "out"
         out.mkdir()
+        (out / OUT_MARKER).write_text("")           # as a bench marks its folder before its first run
         (out / RECORDS).write_bytes(b"".join((json.dumps(r) + "\n").encode() for r in records) + torn)
         assert run_suite(suite_file(Path(tmp), ONE), out)["ran"] == 1
         kept = lines_of(out / RECORDS)
@@ -286,7 +292,7 @@ def test_a_lock_that_is_a_link_or_fifo_is_refused_unread(tmp_path, kind):
     nor waited on (a link to a FIFO had hung the bench until killed)."""
     out, target = tmp_path / "out", tmp_path / "target"
     out.mkdir()
-    (out / RECORDS).write_text("")
+    (out / RECORDS).write_text(json.dumps(RECORD) + "\n")       # a bench folder from before the marker
     if kind == "link to a file":
         target.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     else:
@@ -407,3 +413,46 @@ def test_a_linked_runs_jsonl_is_refused_neither_read_nor_deleted(tmp_path):
             with open_records(out, fresh=fresh):
                 pass
         assert (out / "runs.jsonl").is_symlink() and victim.read_text() == "not yours\n"
+
+
+# ----------------------------------------------------------------------------- whose folder
+
+@pytest.mark.parametrize("fresh", [False, True])
+@pytest.mark.parametrize("records", ["my own notes\n", ""])
+def test_a_folder_with_a_runs_jsonl_of_the_user_s_is_refused_untouched(tmp_path, records, fresh):
+    """A file named runs.jsonl had made any folder a bench's: the user's report.md was replaced
+    and, with --fresh, their runs.jsonl deleted (found by a hostile-input audit)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / RECORDS).write_text(records)
+    (out / "report.md").write_text("MY REPORT")
+    proc = run_cli("bench", "--suite", suite_file(tmp_path, ONE), "--out", out, *(["--fresh"] if fresh else []))
+    assert_input_error(proc, f"{out}: --out: not a folder pipeplan wrote")
+    assert sorted(p.name for p in out.iterdir()) == ["report.md", RECORDS]
+    assert (out / RECORDS).read_text() == records and (out / "report.md").read_text() == "MY REPORT"
+
+
+def test_a_bench_folder_from_before_the_marker_is_still_the_bench_s(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "run_local", fake_engine)
+    out = tmp_path / "out"
+    run_suite(suite_file(tmp_path, ONE), out)
+    (out / OUT_MARKER).unlink()
+    assert run_suite(suite_file(tmp_path, TWO), out)["ran"] == 1
+    assert len(lines_of(out / RECORDS)) == 2 and (out / OUT_MARKER).exists()
+
+
+@pytest.mark.parametrize("name", ["summary.csv", "report.md", "suite.json", "pareto_x.png"])
+def test_an_output_linked_elsewhere_is_refused_before_any_run(tmp_path, monkeypatch, name):
+    """The report had refused a linked summary.csv only after the runs: runs.jsonl appended and
+    suite.json rewritten, then exit 2 (found by a hostile-input audit)."""
+    monkeypatch.setattr(bench, "run_local", fake_engine)
+    out, outside = tmp_path / "out", tmp_path / "outside.txt"
+    run_suite(suite_file(tmp_path, ONE), out)
+    outside.write_text("OUTSIDE")
+    (out / name).unlink(missing_ok=True)
+    (out / name).symlink_to(outside)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if not p.is_symlink()}
+    with pytest.raises(InputError, match=f"{name}: output is a symbolic link"):
+        run_suite(suite_file(tmp_path, TWO), out)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if not p.is_symlink()} == before
+    assert outside.read_text() == "OUTSIDE"

@@ -67,6 +67,25 @@ def test_a_trace_inside_the_problem_folder_is_read(tmp_path):
     assert json.loads(proc.stdout)["straggler"]["trace_file"] == str((inst / "traces" / "d.csv").resolve())
 
 
+@pytest.mark.parametrize("how", ["--trace", "trace_file"])
+def test_a_trace_the_memory_cap_cannot_hold_is_refused_before_it_is_parsed(how, tmp_path):
+    """A delay trace was read whole into Python objects (about 170 bytes a cell) whatever the
+    cap: 50 MB peaked at 2.1 GB under a 1 GiB cap (found by a hostile-input audit)."""
+    inst = tmp_path / "inst"
+    inst.mkdir()
+    (inst / "d.csv").write_text("0.1,0.2,0.3,0.4,0.5,0.6\n" * 30_000)     # 180,000 cells: about 34 MiB
+    args = (("--trace", inst / "d.csv", "--n", 6, "--s", 1) if how == "--trace"
+            else ("--instance", _trace_problem(inst, "d.csv")))
+    out = tmp_path / "hist.csv"
+    proc = run_cli("gradcode", "simulate", "--scheme", "fr", "--steps", 10, *args, "--out", out,
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "16"})
+    assert_input_error(proc, "d.csv: cells: 180001 needs about", "above the limit of 16 MiB")
+    assert not out.exists()
+    proc = run_cli("gradcode", "simulate", "--scheme", "fr", "--steps", 10, *args, "--out", out,
+                   env={"PIPEPLAN_MAX_MEMORY_MB": "64"})
+    assert proc.returncode == 0 and out.exists(), proc.stderr
+
+
 @pytest.mark.parametrize("field,value,named", [
     ("n", True, "n"), ("s", "1", "s"), ("k", True, "k"), ("k", 6.0, "k"),
     ("speeds", [True] * 6, "speeds[0]"), ("straggle_prob", [True] * 6, "straggle_prob[0]"),

@@ -850,6 +850,9 @@ def _check_outputs(out: Path) -> None:
         check_output(out / name)
 
 
+FIRST_LINE_BYTES = 1 << 20      # a record's line is a few hundred bytes
+
+
 def _starts_with_a_record(path: Path) -> bool:
     """Whether ``path``'s first line is a bench run record (read without following a link,
     at most ``FIRST_LINE_BYTES``)."""
@@ -870,9 +873,6 @@ def _starts_with_a_record(path: Path) -> bool:
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
     return isinstance(record, dict) and all(key in record for key in ("system", "instance", "solver", "seed"))
-
-
-FIRST_LINE_BYTES = 1 << 20
 
 
 def _snapshot_optima(out: Path, instances: set[str]) -> None:

@@ -137,6 +137,18 @@ def baseline_bytes() -> int:
     return peak
 
 
+def test_the_frames_estimate_covers_what_a_kept_frame_costs(baseline_bytes):
+    """``--frames`` is checked at ``kept_bytes_per_frame`` a frame: it had counted the outputs'
+    data alone (32 bytes for this manifest) while a kept frame costs about 1.4 KB, so a run under
+    a 100 MiB cap reached 373 MiB at a frame count the check let through (hostile-input audit)."""
+    frames = 20_000
+    proc, peak = run_measured("run", GOOD, "--frames", frames, "--time-limit", 300)
+    assert proc.returncode == 0, proc.stderr
+    per_frame = executor_module.kept_bytes_per_frame(load_manifest(GOOD).outputs)
+    assert peak - baseline_bytes <= frames * per_frame, (peak - baseline_bytes) / frames
+    assert (peak - baseline_bytes) / frames > 400       # the frames do cost memory: the check sees it
+
+
 def test_input_frames_past_the_cap_are_refused_before_one_is_drawn(baseline_bytes):
     """A 71-byte Relu of symbolic length whose manifest declares its input [1, 2e8] float32 had
     reached 3.2 GB under a 512 MiB cap (each 763 MiB frame drawn as float64 first)."""

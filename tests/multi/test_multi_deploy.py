@@ -205,13 +205,13 @@ def test_joint_json_pointing_outside_its_folder_refused(tmp_path, how):
 
 
 def test_frames_are_checked_against_the_memory_cap_for_all_networks_together(exported):
-    """Each network keeps 2 x 1000 floats per frame and holds 4 input frames of 3 x 224 x 224
-    floats at once (with the draw's float64 chunk of one: 3.45 MiB) and its one group's session
-    (32 KiB): 100 frames fit the cap for one network (4.24 MiB) but not for both (8.48 MiB),
-    which run at the same time."""
+    """Each network keeps 2 x 1000 floats per frame and 1.5 KiB of its own (``FRAME_BYTES``,
+    ``OUTPUT_BYTES``) and holds 4 input frames of 3 x 224 x 224 floats at once (with the draw's
+    float64 chunk of one: 3.45 MiB) and its one group's session (32 KiB): 100 frames fit the cap
+    for one network (4.39 MiB) but not for both (8.77 MiB), which run at the same time."""
     folder = exported["part"][1]
     proc = run_cli("run", folder, "--frames", 100, env={"PIPEPLAN_MAX_MEMORY_MB": "8"})
-    assert_input_error(proc, "--frames", "100 needs about 8.48 MiB", "largest that fits: 68")
+    assert_input_error(proc, "--frames", "100 needs about 8.77 MiB", "largest that fits: 57")
     assert proc.stdout == ""
 
 

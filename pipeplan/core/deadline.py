@@ -72,6 +72,11 @@ def stop(status: int) -> None:
             process.kill()
 
 
+def stop_status() -> int | None:
+    """The exit status :func:`stop` was called with, or None."""
+    return _stopping
+
+
 def check_stop() -> None:
     """Raise :class:`Terminated` once :func:`stop` was called."""
     if _stopping is not None:

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from pipeplan.core.deadline import check_stop
 from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.sizes import bytes_from_env, check_bytes
 
@@ -390,6 +391,7 @@ def write_atomic(path: str | Path, data: str | bytes, *, log: bool = False) -> P
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode() if isinstance(data, str) else data)
         os.chmod(tmp, 0o644)
+        check_stop()        # a SIGTERM the command's code swallowed (matplotlib's) commits nothing
         os.replace(tmp, path)
     except BaseException as exc:        # the folders it made go too: nothing partial is left
         Path(tmp).unlink(missing_ok=True)
@@ -443,6 +445,7 @@ def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool =
         moves = [(src, out / src.relative_to(stage)) for src in files]
         for _, dst in moves:
             _check_inside(out, dst)
+        check_stop()        # a SIGTERM swallowed while the files were made (matplotlib's) commits nothing
         try:
             if os.path.lexists(out):
                 _move_in(stage, out, moves, anchor)

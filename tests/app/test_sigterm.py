@@ -227,3 +227,52 @@ def test_sigterm_stops_profile_inside_onnx_runtime(tmp_path):
     assert status == 143 and time.monotonic() - started < 15, err
     assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (its temporary files are removed)"
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_swallowed_sigterm_commits_no_staged_folder_and_no_atomic_write(tmp_path, monkeypatch):
+    """matplotlib's draw swallowed the handler's exception (or turned it into a ValueError), and
+    ``costmodel``, ``report`` and ``compare`` then committed their folder and exited 0 (a
+    hostile-input audit: about 1 in 6 SIGTERMs near the end of costmodel). The commit checks for
+    a stop first."""
+    from pipeplan.core import deadline
+    from pipeplan.core.errors import Terminated
+    from pipeplan.core.io import staged_folder, write_atomic
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".pipeplan-out").write_text("")
+    (out / "report.md").write_text("old")
+    monkeypatch.setattr(deadline, "_stopping", None)
+    with pytest.raises(Terminated):
+        with staged_folder(out) as stage:
+            (stage / "report.md").write_text("new")
+            deadline.stop(143)                       # the handler ran; its exception was dropped
+    assert (out / "report.md").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]          # no stage folder left
+    with pytest.raises(Terminated):
+        write_atomic(out / "report.md", "newer")
+    assert (out / "report.md").read_text() == "old"
+    assert sorted(p.name for p in out.iterdir()) == [".pipeplan-out", "report.md"]   # no .pp-*.tmp
+
+
+SWALLOWING_COMMAND = """
+import sys
+from pipeplan.app.cli import app, main
+from pipeplan.core import deadline
+
+@app.command("swallow")
+def swallow(fail: bool = False):
+    deadline.stop(143)                     # as the handler does, its exception then dropped
+    if fail:
+        raise ValueError("Invalid affine transformation matrix")   # what matplotlib made of it
+
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_command_that_swallowed_sigterm_still_exits_143_with_one_line(tmp_path, fail):
+    proc = _spawn(["-c", SWALLOWING_COMMAND, "swallow", *(["--fail"] if fail else [])], tmp_path)
+    out, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines() == ["error: terminated by SIGTERM (its temporary files are removed)"]

@@ -23,7 +23,7 @@ from pipeplan.app.cli.instance import instance_cmd
 from pipeplan.app.cli.multi import multi_app
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
-from pipeplan.core.deadline import MODEL_RUN_LIMIT_S, stop
+from pipeplan.core.deadline import MODEL_RUN_LIMIT_S, check_stop, stop, stop_status
 from pipeplan.core.errors import InputError, SolverFailure, Terminated, single_line
 from pipeplan.core.io import check_out_folder, check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
@@ -683,6 +683,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.unraisablehook = _quiet_when_dropped(sys.unraisablehook)
     try:
         status = app(args=argv, standalone_mode=False)
+        check_stop()       # a SIGTERM a library swallowed (matplotlib's draw) still ends as one
         if isinstance(status, int) and status:  # typer.Exit(n) comes back as a return value here
             sys.exit(status)
     except InputError as exc:
@@ -700,6 +701,9 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("error: terminated by SIGTERM (its temporary files are removed)", err=True)
         sys.exit(exc.code)
     except Exception as exc:
+        if stop_status() is not None:   # what a SIGTERM raised inside a library became
+            typer.echo("error: terminated by SIGTERM (its temporary files are removed)", err=True)
+            sys.exit(stop_status())
         # usage errors of typer's bundled click (bad option values, missing arguments)
         if type(exc).__module__.endswith("click.exceptions") and hasattr(exc, "format_message"):
             message = exc.format_message().strip()

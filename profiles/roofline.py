@@ -52,8 +52,8 @@ from typing import Any
 import networkx as nx
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_fields, load_json
-from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Reader, Transfers
+from pipeplan.core.io import check_fields, key_as_field, load_json
+from pipeplan.formulations.mapping.profile import PU, AffineTransfer, Profile, Reader, Transfers, pu_name_fault
 
 PLATFORM_SCHEMA = "pipeplan.platform/1"
 LEVEL = "max"  # roofline profiles have one DVFS level: the top one
@@ -168,6 +168,9 @@ def _positive(r: Reader, spec: dict, key: str, fld: str) -> float:
 
 
 def _pu(r: Reader, name: str, spec: Any) -> PlatformPU:
+    fault = pu_name_fault(name)
+    if fault:
+        raise r.fail(f"pus.{key_as_field(name)}", fault)
     fld = f"pus.{name}"
     spec = r.obj(spec, fld)
     check_fields(spec, _PU_FIELDS, r.source, fld)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import check_fields, finite_number, has_control_characters, load_json
+from pipeplan.core.io import check_fields, finite_number, has_control_characters, key_as_field, load_json
 from pipeplan.formulations.mapping.graph_limits import check_graph_size
 
 SCHEMA = "pipeplan.profile/1"
@@ -368,6 +368,21 @@ class Reader:
         return value
 
 
+MAX_PU_NAME = 64
+
+
+def pu_name_fault(name: Any) -> str | None:
+    """Why ``name`` is no PU name, or None. PU names are printed in summaries, errors and plans
+    and written into exports and transfer keys (``SRC->DST``): a line break or an escape
+    sequence in one had been printed raw (an ESC[2J cleared the terminal), and ``->`` made
+    transfer keys ambiguous."""
+    if not isinstance(name, str) or not name or len(name) > MAX_PU_NAME:
+        return f"a PU name is 1 to {MAX_PU_NAME} characters, got {brief_value(name)}"
+    if has_control_characters(name) or "->" in name or name != name.strip():
+        return f"a PU name holds no control characters, no '->' and no outer spaces, got {brief_value(name)}"
+    return None
+
+
 def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
     r = Reader(source)
     doc = r.obj(doc, "")
@@ -381,6 +396,9 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
 
     pus: dict[str, PU] = {}
     for name, spec in r.obj(r.get(doc, "pus", ""), "pus").items():
+        fault = pu_name_fault(name)
+        if fault:
+            raise r.fail(f"pus.{key_as_field(name)}", fault)
         spec = r.obj(spec, f"pus.{name}")
         levels = r.get(spec, "levels", f"pus.{name}")
         if not isinstance(levels, list) or not levels or not all(isinstance(x, str) for x in levels):

@@ -160,3 +160,14 @@ def test_limits_refuses_limits_it_cannot_watch(limits, needle, tmp_path):
     assert_input_error(run_cli("limits", "--systems", "mapping", "--limits", limits, "--out", tmp_path / "l.md"),
                        needle)
     assert not (tmp_path / "l.md").exists()
+
+
+@pytest.mark.parametrize("pus", ["C0,C\n1", "C0,C\x1b[2J1", "C0,a->b", "C0," + "x" * 65])
+def test_profile_refuses_pu_names_that_cannot_be_printed_or_keyed(pus, tmp_path):
+    """A PU name from --pus had been written into the profile with its line break or escape
+    sequence, printed raw by `instance` (found by a hostile-input audit)."""
+    good = Path(__file__).resolve().parents[1] / "bad_inputs" / "good"
+    out = tmp_path / "profile.json"
+    proc = run_cli("profile", good / "tiny.onnx", "--runs", 1, "--warmup", 0, "--pus", pus, "--out", out)
+    assert_input_error(proc, "--pus: a PU name")
+    assert not out.exists()

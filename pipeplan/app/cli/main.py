@@ -421,10 +421,14 @@ def profile_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of 
     """Measure the host with ONNX Runtime per-node profiling (median per node)."""
     from pipeplan.core.io import check_output, read_input, write_json
     from pipeplan.formulations.mapping.onnx_graph import model_path
+    from pipeplan.formulations.mapping.profile import pu_name_fault
     from pipeplan.profiles.ort_profiler import profile_host
 
     check_limits(time_limit)
     names = tuple(name_list("--pus", pus))
+    fault = next((f for f in map(pu_name_fault, names) if f), None)
+    if fault:
+        raise InputError("--pus", "", fault)
     path = model_path(model)
     if out:   # refuse a bad output before minutes of profiling, and before any progress line
         read_input(path, what="ONNX model")

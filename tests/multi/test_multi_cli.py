@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,17 @@ def test_a_network_number_that_is_no_finite_json_number_is_refused_naming_it(tmp
         load_multi_file(instance_file(tmp_path, [{"instance": "khadas-vim3/Alex", key: value}]))
     assert err.value.field == f"networks[0].{key}" and words in err.value.message
     assert len(err.value.one_line()) < 300
+
+
+@pytest.mark.parametrize("solver, why", [("nsga2", "network squeeze (host/squeezenet) is an operator graph: nsga2"),
+                                         ("cpsat", "network squeeze (host/squeezenet) is an operator graph: cpsat"),
+                                         ("npu-only", "npu-only needs an NPU: the platform has none")])
+def test_a_solver_that_cannot_take_the_networks_is_refused_before_any_work(solver, why, tmp_path):
+    """nsga2 and npu-only had failed inside the solver (exit 1, `ValueError: ... | at nsga2.py:101`,
+    an error result written), and the exact solvers named --objective (found by a hostile-input
+    audit)."""
+    good = Path(__file__).resolve().parents[1] / "bad_inputs" / "good" / "multi_instance.json"
+    out = tmp_path / "result.json"
+    proc = run_cli("multi", "solve", good, "--solver", solver, "--objective", "fairness", "--out", out)
+    assert_input_error(proc, f"{good}: networks: {why}")
+    assert not out.exists()

@@ -84,8 +84,8 @@ def solve_cmd(instance: str = INSTANCE,
     from pipeplan.core.io import check_output, write_atomic
     from pipeplan.core.registry import get_solver
     from pipeplan.instances.multi import load_multi
-    from pipeplan.solvers.mapping.multi.common import check_objective
-    from pipeplan.solvers.mapping.multi.exact import check_exact
+    from pipeplan.solvers.mapping.multi.common import check_objective, network_fault
+    from pipeplan.solvers.mapping.multi.exact import check_exact_objective
 
     _objective(objective)
     info = get_solver("multi", solver)
@@ -93,9 +93,12 @@ def solve_cmd(instance: str = INSTANCE,
         check_output(out)
     problem = load_multi(instance)
     try:          # what the solver would refuse, refused before any work
-        (check_exact if info.exact else check_objective)(problem, objective)
+        (check_exact_objective if info.exact else check_objective)(problem, objective)
     except ValueError as exc:
         raise InputError("--objective", objective, str(exc)) from None
+    fault = network_fault(problem, solver, info.exact)
+    if fault:
+        raise InputError(instance, "networks", fault)
     with _progress(f"{solver} {problem.name}"):
         result = pipeplan.solve(problem, solver, time_limit=time_limit, seed=seed, threads=threads,
                                 objective=objective)

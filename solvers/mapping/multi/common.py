@@ -30,6 +30,22 @@ def check_objective(problem: MultiProblem, objective: str) -> None:
         raise ValueError(f"the energy objective is power at the demanded rates: network {missing} has no min_fps")
 
 
+def network_fault(problem: MultiProblem, solver: str, exact: bool) -> str | None:
+    """Why ``solver`` cannot take ``problem``'s networks, or None: the exact joint models and
+    nsga2 need chain networks, npu-only an NPU. For a caller to refuse the pair before any work
+    (the solvers raise the same as a ValueError, a solver error: `multi solve` had exited 1 with
+    the exception's class and line)."""
+    if exact or solver == "nsga2":
+        graph = next((n for n in problem.networks if not n.problem.is_chain), None)
+        if graph is not None:
+            return (f"network {graph.name} ({graph.problem.name}) is an operator graph: {solver} needs "
+                    "chain networks (the baselines take any)")
+    if solver == "npu-only" and not any(pu.kind == "npu" for n in problem.networks
+                                        for pu in n.problem.profile.pus.values()):
+        return f"npu-only needs an NPU: the platform has none (PUs: {', '.join(problem.pu_names)})"
+    return None
+
+
 def analytic_bound(problem: MultiProblem, objective: str) -> float | None:
     """A bound no joint plan beats (an upper bound of a max objective), from each network's own
     analytic bounds (formulations/mapping/bounds.py): its period is at least P_i^lb, and its

@@ -29,7 +29,7 @@ from pipeplan.formulations.mapping.evaluator import InfeasiblePlan
 from pipeplan.formulations.mapping.multi.evaluator import evaluate_joint
 from pipeplan.formulations.mapping.multi.plan import JointPlan
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, reference_fps
-from pipeplan.solvers.mapping.multi.common import analytic_bound, check_objective, scored_joint_result
+from pipeplan.solvers.mapping.multi.common import analytic_bound, check_objective, network_fault, scored_joint_result
 from pipeplan.solvers.mapping.multi.variants import JointVariant, combinations
 
 LINEAR = ("fairness", "rate")
@@ -62,14 +62,18 @@ def true_z(problem: MultiProblem, plan: JointPlan, objective: str) -> float | No
     return 1.0 / ev.min_norm_throughput if objective == "fairness" else 1000.0 / ev.sustained_fps
 
 
-def check_exact(problem: MultiProblem, objective: str) -> None:
+def check_exact_objective(problem: MultiProblem, objective: str) -> None:
     check_objective(problem, objective)
     if objective not in LINEAR:
         raise ValueError(f"the exact joint models hold {' and '.join(LINEAR)} (linear in the plan's times); "
                          f"{objective} is not: use nsga2 or the baselines")
-    for n in problem.networks:
-        if not n.problem.is_chain:
-            raise ValueError(f"network {n.name} is not a chain: the exact joint models need chains (use nsga2)")
+
+
+def check_exact(problem: MultiProblem, objective: str) -> None:
+    check_exact_objective(problem, objective)
+    fault = network_fault(problem, "exact", exact=True)
+    if fault:
+        raise ValueError(fault)
 
 
 Build = Callable[[tuple[JointVariant, ...], Deadline], object]

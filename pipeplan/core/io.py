@@ -348,12 +348,16 @@ def check_out_folder(out: str | Path, *, ours: tuple[str, ...] = (), option: str
         return out
     for name in (OUT_MARKER, *ours):
         try:
-            if stat.S_ISREG(os.lstat(out / name).st_mode):
-                return out
+            mode = os.lstat(out / name).st_mode
         except FileNotFoundError:
             continue
         except OSError as exc:
             raise InputError(str(out), option, f"cannot read the folder ({exc.strerror or exc})") from None
+        if stat.S_ISREG(mode):
+            return out
+        if name == OUT_MARKER:      # a link or a folder of that name is no consent
+            raise InputError(str(out / name), option, f"is {_kind(mode) if not stat.S_ISLNK(mode) else 'a symbolic link'}, "
+                                                      f"not pipeplan's marker file: give a new or empty folder")
     try:
         with os.scandir(out) as entries:
             first = [e.name for _, e in zip(range(3), entries)]

@@ -85,11 +85,18 @@ def test_bench_resumes_in_its_folder_and_refuses_a_foreign_one(tmp_path):
     assert unchanged(mine)
 
 
-def test_a_link_as_the_marker_does_not_count(tmp_path):
+@pytest.mark.parametrize("kind", ["link", "folder"])
+def test_a_link_or_folder_as_the_marker_does_not_count(tmp_path, kind):
+    """Refused with what the marker is (the message had read "it holds .pipeplan-out and no
+    .pipeplan-out")."""
     out = users_folder(tmp_path)
-    (out / OUT_MARKER).symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(InputError, match="not a folder pipeplan wrote"):
+    if kind == "link":
+        (out / OUT_MARKER).symlink_to(tmp_path / "elsewhere")
+    else:
+        (out / OUT_MARKER).mkdir()
+    why = "a symbolic link" if kind == "link" else "a folder"
+    with pytest.raises(InputError, match=f"{OUT_MARKER}: --out: is {why}, not pipeplan's marker file"):
         with staged_folder(out) as stage:
             write_atomic(stage / "report.md", "x")
-    (out / OUT_MARKER).unlink()
+    (out / OUT_MARKER).rmdir() if kind == "folder" else (out / OUT_MARKER).unlink()
     assert unchanged(out)

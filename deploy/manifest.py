@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import inside_folder, load_json, read_input
 from pipeplan.deploy.runtime import GRAPH_OPTIMIZATION, check_session_config
 from pipeplan.formulations.mapping.graph_limits import MAX_UNITS
@@ -186,6 +186,12 @@ def load_manifest(folder: str | Path, guard: RunGuard | None = None) -> Manifest
     graph_optimization = session.get("graph_optimization")
     if not isinstance(graph_optimization, str) or graph_optimization not in GRAPH_OPTIMIZATION:
         raise r.fail("session.graph_optimization", f"expected one of {', '.join(GRAPH_OPTIMIZATION)}")
+    # every session runs sequentially on its group's own threads (runtime.make_session): other
+    # values had been read and run as these without a word
+    for key, only in (("execution_mode", "sequential"), ("inter_op_threads", 1)):
+        if key in session and (session[key] != only or isinstance(session[key], bool)):
+            raise r.fail(f"session.{key}", f"only {only!r} runs here (each group's session is sequential on its "
+                                           f"own intra-op threads), got {brief_value(session[key])}")
     pus = {name: _pu_runtime(r, spec, f"pus.{name}") for name, spec in r.obj(r.get(doc, "pus", ""), "pus").items()}
     inputs = tensors(r.get(doc, "inputs", ""), "inputs")
     outputs = tensors(r.get(doc, "outputs", ""), "outputs")

@@ -171,3 +171,12 @@ def test_profile_refuses_pu_names_that_cannot_be_printed_or_keyed(pus, tmp_path)
     proc = run_cli("profile", good / "tiny.onnx", "--runs", 1, "--warmup", 0, "--pus", pus, "--out", out)
     assert_input_error(proc, "--pus: a PU name")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["rollout", "sweep"], ["rollout", "optimum-gaps"]])
+def test_a_rho_that_scales_the_trainer_past_its_limits_names_rhos(command, tmp_path):
+    """1e308 had been refused as `trainer.s_per_token: ... inf`, a field the user never gave,
+    after the smaller rhos had run (found by a hostile-input audit)."""
+    proc = run_cli(*command, "--rhos", "1,1e308", "--out", tmp_path / "out")
+    assert_input_error(proc, "--rhos: 1e+308: scales rollout/lsat-ar-R32's trainer past its limits")
+    assert not (tmp_path / "out").exists()

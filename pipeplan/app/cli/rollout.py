@@ -305,6 +305,20 @@ def _floats(text: str, name: str) -> list[float]:
     return values
 
 
+def _check_rhos(problems, values: list[float]) -> None:
+    """Every rho must leave the scaled trainer within its fields' limits, checked before any
+    work (1e308 had been refused as `trainer.s_per_token: ... inf`, a field the user never gave,
+    after the smaller rhos had run)."""
+    from pipeplan.app.studies.rollout import with_rho
+    for problem in problems:
+        for rho in values:
+            try:
+                with_rho(problem, rho)
+            except InputError as exc:
+                raise InputError("--rhos", f"{rho:g}", f"scales {problem.name}'s trainer past its limits "
+                                                       f"({exc.field}: {exc.message})") from None
+
+
 def _whole_numbers(text: str, name: str, least: int) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -349,7 +363,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
     check_limits(time_limit, threads)
     values = _floats(rhos, "--rhos")
     kinds = _engines(engines)
-    preset_round(workload, R, seed=seed)          # bad presets and R < U fail before any work
+    _check_rhos([preset_round(workload, R, seed=seed)], values)     # bad presets and R < U fail here too
     command = command_text("pipeplan rollout sweep")
     check_out_folder(out)
     with _progress("sweep") as progress:
@@ -553,6 +567,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
         for R in {32, *Rs}:                     # the rho sweep's R = 32 too
             preset_round(w, R)                  # unknown presets, R below the update size: before any work
     values = [] if rhos.strip().lower() in ("", "none") else _floats(rhos, "--rhos")
+    _check_rhos([preset_round("lsat-ar", 32)], values)      # the rho rows: optimum_gaps' rho_workload and rho_R
     bound_Rs = _whole_numbers(bound_rs, "--bound-rs", 1)
     kinds = _engines(engines)
     command = command_text("pipeplan rollout optimum-gaps")

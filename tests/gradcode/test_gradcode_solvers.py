@@ -156,3 +156,13 @@ def test_the_milp_tie_break_keeps_the_worst_case_optima_highs_reports_a_hair_low
     assert exact.objectives["worst_step_s"] == milp.objectives["worst_step_s"] == 2.0
     assert "ties broken by the expected step time on 64 delay scenarios (proven)" in exact.message
     assert milp.objectives["saa_step_s"] <= exact.objectives["saa_step_s"] + 1e-9
+
+
+def test_the_study_s_assignment_rows_run_every_solver_of_their_list():
+    """`gradcode study` had passed objective= to fr, cr, pgc-fr and pgc-cr, which take none: every
+    run of it (also --quick) ended `error: solver gradcode/fr: objective` (found by a hostile-input
+    audit; no test ran the study past its option checks)."""
+    from pipeplan.app.studies.gradcode import assignment_study
+    rows = assignment_study(instances=["gradcode/homog-n12-s1"], time_limit=5)
+    assert [r["solver"] for r in rows] == ["fr", "cr", "cpsat-expected", "milp-expected", "cpsat-worst", "milp-worst"]
+    assert all(r["termination"] != "error" and r["expected_step_s"] for r in rows), rows

@@ -208,7 +208,7 @@ def _select(patterns: list[str], names: list[str]) -> list[str]:
 def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite") -> list[Run]:
     """Every run of the suite in order; ``time_limit`` overrides the groups' limits. A run that
     two groups both select (overlapping patterns) is refused: it would run twice."""
-    from pipeplan.core.registry import get_solver, solvers
+    from pipeplan.core.registry import COMMON, get_solver, solvers
 
     if time_limit is not None and not time_limit <= MAX_RECORD_MAGNITUDE:     # as a suite's time_limit
         raise InputError("--time-limit", "", f"must be at most {MAX_RECORD_MAGNITUDE:g} s (what a record may hold), "
@@ -234,6 +234,13 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
             if count > MAX_SUITE_RUNS:
                 raise InputError(source, f"{system}[{i}]", f"the suite plans {count:,} runs up to this group, above "
                                                            f"the {MAX_SUITE_RUNS:,} one suite may plan")
+            # the suite sets the common options itself (time_limit, seeds, one thread a run, no
+            # warm start): in params they had passed this check and made every run an error record
+            common = next((key for key in g.get("params", {}) if key in COMMON), None)
+            if common is not None:
+                raise InputError(source, f"{system}[{i}].params.{common}",
+                                 "set by the suite (time_limit, seeds; one thread a run, no warm start), "
+                                 "not a solver parameter")
             for solver in chosen:   # a parameter a chosen solver does not declare is refused here
                 get_solver(system, solver).check_params(g.get("params", {}), source=f"{source}: {system}[{i}].params")
             for inst in instances:

@@ -35,6 +35,11 @@ class InputError(ValueError):
         self.message = message
         super().__init__(self.one_line())
 
+    def __reduce__(self):
+        """Pickled as its three parts: a worker process's InputError had reached its pool's parent
+        as a TypeError in the result thread, which then hung (``rollout regimes``)."""
+        return type(self), (self.source, self.field, self.message)
+
     def one_line(self) -> str:
         field = cut_text(self.field, MAX_FIELD_CHARS)
         where = f"{self.source}: {field}" if field else self.source
@@ -49,6 +54,9 @@ class SolverFailure(RuntimeError):
         self.what = what
         self.message = message
         super().__init__(self.one_line())
+
+    def __reduce__(self):       # as InputError's: a worker's failure must reach its pool's parent
+        return type(self), (self.what, self.message)
 
     def one_line(self) -> str:
         return single_line(f"{self.what}: {self.message}")

@@ -180,3 +180,21 @@ def test_a_rho_that_scales_the_trainer_past_its_limits_names_rhos(command, tmp_p
     proc = run_cli(*command, "--rhos", "1,1e308", "--out", tmp_path / "out")
     assert_input_error(proc, "--rhos: 1e+308: scales rollout/lsat-ar-R32's trainer past its limits")
     assert not (tmp_path / "out").exists()
+
+
+def test_regimes_refuses_a_frontier_its_policies_cannot_take_before_any_work(tmp_path):
+    proc = run_cli("rollout", "regimes", "--frontier", 10**12, "--seeds", 1, "--out", tmp_path / "out")
+    assert_input_error(proc, "--frontier: frontier: fgd-soft takes a whole number from 1 to 1,000,000,000")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("param", ["threads = 99999", "seed = -5", "time_limit = 1e-9", 'warm_start = "x"'])
+def test_a_suite_giving_a_common_option_as_a_parameter_is_refused_before_any_run(param, tmp_path):
+    """These had passed the suite's check and made every run an error record, the folder written
+    (exit 0; found by a hostile-input audit)."""
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'[[mapping]]\ninstances = ["khadas-vim3/Alex"]\nsolvers = ["heft"]\ntime_limit = 2\n'
+                     f"params = {{{param}}}\n")
+    proc = run_cli("bench", "--suite", suite, "--out", tmp_path / "out")
+    assert_input_error(proc, f"mapping[0].params.{param.split(' ')[0]}: set by the suite")
+    assert not (tmp_path / "out").exists()

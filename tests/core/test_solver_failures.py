@@ -126,3 +126,26 @@ def test_failed_exact_sweep_is_one_line_exit_1_and_writes_nothing(tmp_path, monk
     assert "\n" not in res.exception.one_line()
     assert not (tmp_path / "front").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.json"]
+
+
+def test_input_errors_and_solver_failures_cross_a_process_pool_whole():
+    """A worker's InputError reached its pool's parent as a TypeError in the result thread (it
+    could not be rebuilt from its message alone), and the pool then waited forever: `rollout
+    regimes --frontier 1e12` hung (found by a hostile-input audit)."""
+    import multiprocessing as mp
+    import pickle
+
+    from pipeplan.core.errors import InputError, SolverFailure
+
+    error = pickle.loads(pickle.dumps(InputError("f.json", "field", "why")))
+    assert (error.source, error.field, error.message) == ("f.json", "field", "why")
+    failure = pickle.loads(pickle.dumps(SolverFailure("cpsat", "broke")))
+    assert (failure.what, failure.message) == ("cpsat", "broke")
+    with mp.get_context("fork").Pool(1) as pool:
+        with pytest.raises(InputError, match="f.json: field: why"):
+            pool.apply_async(_raise_input_error).get(timeout=60)
+
+
+def _raise_input_error():
+    from pipeplan.core.errors import InputError
+    raise InputError("f.json", "field", "why")

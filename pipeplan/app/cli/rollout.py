@@ -513,11 +513,15 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
     pressure x length tail x replicas x R x asynchrony, against the best schedule found and the
     best bound; writes fgd_regimes.md/.csv and three plots (about 6 min on 2 cores)."""
     from pipeplan.app.studies.rollout_regimes import regime_map, write_regimes
+    from pipeplan.core.registry import get_solver
     from pipeplan.formulations.rollout.workloads import preset_round
 
     check_limits(cpsat_time_limit, option="--cpsat-time-limit", zero_ok=True)
     check_memory("--jobs", jobs, WORKER_PROCESS_BYTES)
     preset_round(workload, 32)                  # an unknown preset fails before any work
+    # the workers' FGD policies take --frontier: refused here, before any work (10^12 had been
+    # refused in a worker, whose error hung the pool)
+    get_solver("rollout", "fgd-soft").check_params({"frontier": frontier}, "--frontier")
     command = command_text("pipeplan rollout regimes")
     check_out_folder(out)
     with _progress("regimes") as progress:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 
-from pipeplan.core.errors import InputError, crash_message
+from pipeplan.core.errors import InputError, brief_value, crash_message
 from pipeplan.core.param_values import MAX_SEED
 from pipeplan.core.registry import get_solver
 from pipeplan.core.result import Quality, SolveResult, Termination
@@ -18,14 +18,22 @@ def check_limits(time_limit: float | None, threads: int = 1, option: str = "--ti
     ``zero_ok``); ``--threads``: an integer from 1 to MAX_THREADS; ``--seed`` (when given): an
     integer from 0 to MAX_SEED."""
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not math.isfinite(time_limit) or time_limit < 0
+                                   or not _finite(time_limit) or time_limit < 0
                                    or (time_limit == 0 and not zero_ok)):
         least = "a finite number of seconds >= 0" if zero_ok else "a positive number of seconds"
-        raise InputError(option, "", f"must be {least}, got {time_limit!r}")
+        raise InputError(option, "", f"must be {least}, got {brief_value(time_limit)}")
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
-        raise InputError("--threads", "", f"must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
+        raise InputError("--threads", "", f"must be an integer from 1 to {MAX_THREADS}, got {brief_value(threads)}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
-        raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+        raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got {brief_value(seed)}")
+
+
+def _finite(x: int | float) -> bool:
+    """math.isfinite, False for an integer past float range (10**400 had raised OverflowError)."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 0,
@@ -39,6 +47,8 @@ def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 
     failure becomes a result with termination ``error`` and the message, never an exception.
     ``time_limit``, ``seed`` and ``threads`` reach the solver when it declares them (see
     ``pipeplan.core.registry``); the result's ``params`` records what it was called with."""
+    if seed is None:      # check_limits skips a None seed; the solvers need one (None had failed inside ten)
+        raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got None")
     check_limits(time_limit, threads, seed=seed)
     info = get_solver(problem.kind, solver)
     info.check_params({**params, "warm_start": warm_start})

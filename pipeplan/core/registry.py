@@ -22,7 +22,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.param_values import VALUES, Values
 from pipeplan.core.vocabulary import SYSTEMS
 
@@ -62,8 +62,10 @@ class Param:
 
     def fault(self, value) -> str | None:
         """Why ``value`` is refused (not one of the choices, or outside the declared values), or None."""
-        if self.choices is not None:
-            return None if value in self.choices else f"accepts {', '.join(map(repr, self.choices))}, got {value!r}"
+        if self.choices is not None:   # compared only as plain values (a numpy array's == had raised ValueError)
+            plain = value is None or isinstance(value, (str, int, float))     # bool is an int
+            return None if plain and value in self.choices else \
+                f"accepts {', '.join(map(repr, self.choices))}, got {brief_value(value)}"
         if value is None and self.nullable:
             return None
         return None if self.values is None else self.values.fault(value)

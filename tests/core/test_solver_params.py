@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import pipeplan
@@ -142,3 +143,18 @@ def test_a_missing_library_disables_only_its_solvers(blocked, gone, kept):
     for name in kept:
         assert out["state"][name][0], name
     assert out["heft"] == "completed"
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"time_limit": 10**400}, "--time-limit"), ({"time_limit": -10**400}, "--time-limit"),   # OverflowError
+    ({"seed": None}, "--seed"),                  # passed the check, then failed inside ten solvers
+    ({"objective": np.array([1, 2])}, "objective"),   # ValueError: an array's truth value
+])
+def test_the_facade_refuses_what_had_escaped_its_check(options, named):
+    """Found by a hostile-input audit: each had raised another exception than InputError, or
+    passed the check and failed inside the solver."""
+    from pipeplan.instances.catalog import load_mapping
+    with pytest.raises(InputError) as info:
+        pipeplan.solve(load_mapping("khadas-vim3/Alex"), "heft", **options)
+    assert named in (info.value.source, info.value.field)
+    assert len(str(info.value)) < 300

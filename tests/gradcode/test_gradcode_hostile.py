@@ -342,3 +342,16 @@ def test_the_general_solver_leaves_out_the_random_codes_past_the_size():
     r = pipeplan.solve(problem, "general", time_limit=3)
     assert r.plan is not None and "random codes skipped: least squares above 2,048 workers" in r.message
     assert code_from_dict(r.plan).decoder != "lstsq"
+
+
+@pytest.mark.parametrize("command, n", [("train", 1000), ("simulate", 2000)])
+def test_train_and_simulate_refuse_a_code_the_memory_cap_cannot_hold(command, n, tmp_path):
+    """Neither had a size check (place had): train at n = 3,000 held 1.07 GB under a 300 MiB cap,
+    at n = 10,000 6.5 GB before it was killed (found by a hostile-input audit)."""
+    out = tmp_path / "out.json"
+    args = ["--steps", 3, "--scheme", "fr", "--out", out]
+    proc = run_cli("gradcode", command, "--n", n, "--s", n - 1, *args, env={"PIPEPLAN_MAX_MEMORY_MB": "64"})
+    assert_input_error(proc, "--n", f"{command} on a code of {n:,} x {n:,} entries", "above the limit of 64 MiB")
+    assert not out.exists()
+    proc = run_cli("gradcode", command, "--n", 12, "--s", 2, *args, env={"PIPEPLAN_MAX_MEMORY_MB": "64"})
+    assert proc.returncode == 0, proc.stderr

@@ -32,6 +32,10 @@ TRAIN_BYTES_PER_STEP = 256
 # floats, then their text; measured 83 bytes per entry at n = 6,000, 2.9 GB peak)
 PLACE_BYTES_PER_ENTRY = 88
 PLACE_TEXT_BYTES_PER_ENTRY = 8      # of the written file: 7.99 MB for FR and 8.04 MB for CR at n = 1,000
+# simulate and train hold the code (support and B, dense n x k) and their decoding work on it:
+# peaks measured per entry of n x k (hostile-input audit, where neither was checked): train 119-
+# 132 bytes (n = 2,000: 529 MB; 3,000: 1.07 GB), simulate 9 (FR) to 25 (PGC-FR) at n = 10,000
+CODE_BYTES_PER_ENTRY = {"train": 160, "simulate": 32}
 TRAIN_VERIFY_S = 10.0      # the verification of a --code file before training
 RAY_TIME_SCALE = 0.02      # train --backend ray: real seconds per virtual second
 # gradcode study's --steps per training run: a step takes about 1 ms (softmax) to 8 ms (mlp) on
@@ -273,6 +277,9 @@ def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler
         n = code.n if n is None and instance is None else n
         s = code.s if s is None and instance is None else s
     problem = _problem(instance, n, s, straggler=straggler, prob=prob, partition_time=partition_time, timing=timing)
+    source, field = ("--n", "") if n is not None else (problem.name, "n")
+    check_bytes(source, field, f"{command} on a code of {problem.n:,} x {problem.k:,} entries (support and B)",
+                problem.n * problem.k * CODE_BYTES_PER_ENTRY[command])
     if code_file is None:
         code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
                              objective="expected", time_limit=30.0)

@@ -32,10 +32,11 @@ TRAIN_BYTES_PER_STEP = 256
 # floats, then their text; measured 83 bytes per entry at n = 6,000, 2.9 GB peak)
 PLACE_BYTES_PER_ENTRY = 88
 PLACE_TEXT_BYTES_PER_ENTRY = 8      # of the written file: 7.99 MB for FR and 8.04 MB for CR at n = 1,000
-# simulate and train hold the code (support and B, dense n x k) and their decoding work on it:
-# peaks measured per entry of n x k (hostile-input audit, where neither was checked): train 119-
-# 132 bytes (n = 2,000: 529 MB; 3,000: 1.07 GB), simulate 9 (FR) to 25 (PGC-FR) at n = 10,000
-CODE_BYTES_PER_ENTRY = {"train": 160, "simulate": 32}
+# simulate, train and verify hold the code (support and B, dense n x k) and their decoding work
+# on it: peaks measured per entry of n x k (hostile-input audit, where none was checked): train
+# 119-132 bytes (n = 2,000: 529 MB; 3,000: 1.07 GB), simulate 9 (FR) to 25 (PGC-FR) at n =
+# 10,000; verify is charged as simulate, beside its own --samples and --max-sets checks
+CODE_BYTES_PER_ENTRY = {"train": 160, "simulate": 32, "verify": 32}
 TRAIN_VERIFY_S = 10.0      # the verification of a --code file before training
 RAY_TIME_SCALE = 0.02      # train --backend ray: real seconds per virtual second
 # gradcode study's --steps per training run: a step takes about 1 ms (softmax) to 8 ms (mlp) on

@@ -63,6 +63,11 @@ def evaluate_batch(problem: MappingProblem, path: Path) -> list[dict]:
     # every row's result is held until all are scored (no partial output): refuse a count that
     # would not fit, before the first row is scored
     check_memory(f"{path}: rows", len(lines) - 1, BATCH_BYTES_PER_ROW + BATCH_BYTES_PER_UNIT * len(problem.units))
+    # a cell past the header's columns had been dropped by zip without a word
+    extra = next(((n, len(cells)) for n, cells in lines[1:] if len(cells) > len(header)
+                  and any(c.strip() for c in cells[len(header):])), None)
+    if extra:
+        raise InputError(f"{path}:{extra[0]}", "columns", f"{extra[1]} cells, but the header names {len(header)}")
     rows = [(n, dict(zip(header, cells))) for n, cells in lines[1:]]
     out = []
     for n, row in rows:

@@ -189,6 +189,11 @@ class EngineModel:
             _positive(source, f"engine.{name}", getattr(self, name), zero_ok=True)
             if getattr(self, name) > 1:
                 raise InputError(source, f"engine.{name}", f"must be at most 1, got {getattr(self, name)}")
+        if self.reserve_ratio_min > self.reserve_ratio_init:
+            # the ratio "decays" from init to min: above init it grew every step without end,
+            # until no request fit and the simulator stalled (a traceback; hostile-input audit)
+            raise InputError(source, "engine.reserve_ratio_min", f"must be at most reserve_ratio_init "
+                             f"({self.reserve_ratio_init:g}), got {self.reserve_ratio_min:g}")
         for name in ("reserve_ratio_decay_steps", "reserve_clip_tokens", "retract_headroom_steps"):
             _positive(source, f"engine.{name}", getattr(self, name), integer=True)
         _positive(source, "engine.replicas", self.replicas, integer=True, most=None)   # at most one per request: below

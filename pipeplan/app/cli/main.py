@@ -681,6 +681,11 @@ def _quiet_when_dropped(default):
     return hook
 
 
+def _exit_terminated(status: int) -> None:
+    typer.echo("error: terminated by SIGTERM (its temporary files are removed)", err=True)
+    sys.exit(status)
+
+
 def main(argv: list[str] | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate_here(os.getpid()))
@@ -702,12 +707,10 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except Terminated as exc:
-        typer.echo("error: terminated by SIGTERM (its temporary files are removed)", err=True)
-        sys.exit(exc.code)
+        _exit_terminated(exc.code)
     except Exception as exc:
         if stop_status() is not None:   # what a SIGTERM raised inside a library became
-            typer.echo("error: terminated by SIGTERM (its temporary files are removed)", err=True)
-            sys.exit(stop_status())
+            _exit_terminated(stop_status())
         # usage errors of typer's bundled click (bad option values, missing arguments)
         if type(exc).__module__.endswith("click.exceptions") and hasattr(exc, "format_message"):
             message = exc.format_message().strip()

@@ -19,6 +19,11 @@ from pipeplan.core.errors import InputError
 WORKER_PROCESS_BYTES = 256 << 20
 
 
+# The largest cap an environment variable may set: a petabyte. 1e308 MiB had overflowed to an
+# infinite number of bytes (OverflowError), and 1e13 MiB passed 64 bits where a cap reaches C.
+MAX_CAP_MB = 1e9
+
+
 def bytes_from_env(name: str) -> int | None:
     """A cap set in the environment as a positive number of MiB (None when unset)."""
     raw = os.environ.get(name, "")
@@ -28,8 +33,8 @@ def bytes_from_env(name: str) -> int | None:
         mb = float(raw)
     except ValueError:
         mb = float("nan")
-    if not (math.isfinite(mb) and mb > 0):
-        raise InputError(name, "", f"must be a positive number of MiB, got {raw!r}")
+    if not (math.isfinite(mb) and 0 < mb <= MAX_CAP_MB):
+        raise InputError(name, "", f"must be a positive number of MiB, at most {MAX_CAP_MB:g}, got {raw!r}")
     return int(mb * (1 << 20))
 
 

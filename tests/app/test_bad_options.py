@@ -198,3 +198,15 @@ def test_a_suite_giving_a_common_option_as_a_parameter_is_refused_before_any_run
     proc = run_cli("bench", "--suite", suite, "--out", tmp_path / "out")
     assert_input_error(proc, f"mapping[0].params.{param.split(' ')[0]}: set by the suite")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("var", ["PIPEPLAN_MAX_MEMORY_MB", "PIPEPLAN_MAX_INPUT_MB"])
+@pytest.mark.parametrize("value", ["1e308", "1e13"])
+def test_a_cap_past_what_the_machine_can_name_is_refused(var, value, tmp_path):
+    """1e308 MiB had overflowed to infinite bytes (OverflowError traceback, any command) and
+    1e13 MiB passed 64 bits where the shape inference's guard hands the cap to C (found by a
+    hostile-input audit)."""
+    good = Path(__file__).resolve().parents[1] / "bad_inputs" / "good"
+    proc = run_cli("instance", good / "tiny.onnx", "--out", tmp_path / "i.json", env={var: value})
+    assert_input_error(proc, f"{var}: must be a positive number of MiB, at most 1e+09")
+    assert not (tmp_path / "i.json").exists()

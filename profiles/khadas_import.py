@@ -49,6 +49,7 @@ from pathlib import Path
 
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import inside_folder, parse_number, read_csv, staged_folder, write_atomic, write_json
+from pipeplan.formulations.mapping.graph_limits import MAX_UNITS
 from pipeplan.formulations.mapping.profile import profile_from_dict
 from pipeplan.profiles.khadas_costmodel import fitted_documents, read_runs
 
@@ -102,6 +103,23 @@ class _Row(dict):
     def whole(self, column: str) -> int:
         return parse_number(self[column], self.source, self.field(column), integer=True)
 
+    def block(self, column: str = "Layer") -> int:
+        """A block index, 0 to MAX_UNITS - 1: -5 and 1e308 had been written as units b-5 and a
+        309-digit name, an instance and profile that pipeplan's own loader then refused."""
+        value = self.whole(column)
+        if not 0 <= value < MAX_UNITS:
+            raise self.error(column, f"a block index is from 0 to {MAX_UNITS - 1:,}, got {value}")
+        return value
+
+    def measure(self, column: str, *, positive: bool = False) -> float:
+        """A measured time, power or ratio: finite and at least 0 (above 0 with ``positive``, a
+        ratio divided by: 0 had been a ZeroDivisionError traceback), named by file, line and
+        column (a negative one had been named by the profile's field only)."""
+        value = self.number(column)
+        if value < 0 or (positive and value == 0):
+            raise self.error(column, f"must be {'above' if positive else 'at least'} 0, got {value}")
+        return value
+
     def level(self, column: str) -> str:
         """A DVFS level cell as its canonical text: ``max``, or the whole number it holds written
         plainly. ``1e0``, ``1.0`` and `` 1`` are level ``1`` (as they are block 1 in the Layer
@@ -127,7 +145,7 @@ def _read_rows(src: Path, name: str):
 
 def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: dict,
                    transfer_power: float, campaign: str) -> dict:
-    blocks = sorted({r.whole("Layer") for r in rows if r["Metric"] == "task"})
+    blocks = sorted({r.block() for r in rows if r["Metric"] == "task"})
     units = [f"b{i}" for i in blocks]
     col = {b: i for i, b in enumerate(blocks)}
     comps = [c for c in PU_ORDER if any(r["Component"] == c for r in rows)]
@@ -147,15 +165,15 @@ def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: d
                                        f"{r['Freq']!r} with host {r['Freq_Host']!r}")
         lv = _level_name(comp, freq, host)
         levels[comp].add(lv)
-        layer, metric = r.whole("Layer"), r["Metric"]
+        layer, metric = r.block(), r["Metric"]
         # one row per block, PU, level and metric: a level written two ways (0 and 0.0) is one
         # level, and its second row had silently replaced the first
         first = measured_on.setdefault((comp, lv, layer, metric), r.line)
         if first != r.line:
             raise r.error("Freq", f"{comp} level {lv}, block {layer}, {metric} measured again "
                                   f"(first on line {first})")
-        t = r.number("Time")
-        p = r.number("Power") if r["Power"] else None
+        t = r.measure("Time")
+        p = r.measure("Power") if r["Power"] else None
         if metric == "task":
             task[(comp, lv, layer)] = (t, p)
         elif metric == "in" and layer == blocks[0]:
@@ -309,7 +327,8 @@ def _level_scaling(src: Path) -> dict[str, dict[str, list[float]]]:
         level = _receiver_level(r)
         if len(order) < 2:
             raise r.error("order", f"expected two PUs, got {order!r}")
-        by_pair[f"{order[0]}->{order[1]}"][level] = (r.number("time_ratio"), r.number("power_ratio"))
+        by_pair[f"{order[0]}->{order[1]}"][level] = (r.measure("time_ratio", positive=True),
+                                                        r.measure("power_ratio", positive=True))
     out = {}
     for pair, levels in sorted(by_pair.items()):
         top = levels[max(levels, key=int)]
@@ -338,7 +357,7 @@ def _derive(src: Path, repo: Path) -> list[Path]:
     if not transfer_rows:
         raise InputError(str(src / "transfers.csv"), "", "no measured transfers")
     for r in transfer_rows:
-        transfers_raw[(r["Graph"], r.whole("Layer"), r["Src"], r["Dest"])].append(r.number("Time"))
+        transfers_raw[(r["Graph"], r.block(), r["Src"], r["Dest"])].append(r.measure("Time"))
     by_graph: dict[str, dict] = defaultdict(dict)
     pair_values: dict[str, list[float]] = defaultdict(list)
     for (g, layer, s, d), vals in transfers_raw.items():

@@ -159,8 +159,7 @@ def kept_bytes_per_frame(outputs: Iterable[TensorSpec]) -> int:
     """Memory a run holds per frame until its end: every frame's network ``outputs`` are kept
     for the reference check, twice (ours and the reference's), with ``FRAME_BYTES`` and
     ``OUTPUT_BYTES`` a tensor of Python's and ONNX Runtime's own."""
-    specs = list(outputs)
-    return FRAME_BYTES + sum(2 * _bytes(t) + OUTPUT_BYTES for t in specs)
+    return FRAME_BYTES + sum(2 * _bytes(t) + OUTPUT_BYTES for t in outputs)
 
 
 def _bytes(t: TensorSpec) -> int:

@@ -879,7 +879,10 @@ def _starts_with_a_record(path: Path) -> bool:
         record = json.loads(head.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
-    return isinstance(record, dict) and all(key in record for key in ("system", "instance", "solver", "seed"))
+    try:
+        return isinstance(record, dict) and bool(record_key(record))
+    except KeyError:
+        return False
 
 
 def _snapshot_optima(out: Path, instances: set[str]) -> None:

@@ -1,10 +1,10 @@
 """``pipeplan.solve``: the one entry point to every solver."""
 from __future__ import annotations
 
-import math
 import time
 
 from pipeplan.core.errors import InputError, brief_value, crash_message
+from pipeplan.core.io import finite_number
 from pipeplan.core.param_values import MAX_SEED
 from pipeplan.core.registry import get_solver
 from pipeplan.core.result import Quality, SolveResult, Termination
@@ -17,8 +17,8 @@ def check_limits(time_limit: float | None, threads: int = 1, option: str = "--ti
     """``option`` (``--time-limit``): None or a finite number of seconds > 0 (>= 0 with
     ``zero_ok``); ``--threads``: an integer from 1 to MAX_THREADS; ``--seed`` (when given): an
     integer from 0 to MAX_SEED."""
-    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not _finite(time_limit) or time_limit < 0
+    # finite_number: False for an integer past float range too (10**400 had raised OverflowError)
+    if time_limit is not None and (not finite_number(time_limit) or time_limit < 0
                                    or (time_limit == 0 and not zero_ok)):
         least = "a finite number of seconds >= 0" if zero_ok else "a positive number of seconds"
         raise InputError(option, "", f"must be {least}, got {brief_value(time_limit)}")
@@ -26,14 +26,6 @@ def check_limits(time_limit: float | None, threads: int = 1, option: str = "--ti
         raise InputError("--threads", "", f"must be an integer from 1 to {MAX_THREADS}, got {brief_value(threads)}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
         raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got {brief_value(seed)}")
-
-
-def _finite(x: int | float) -> bool:
-    """math.isfinite, False for an integer past float range (10**400 had raised OverflowError)."""
-    try:
-        return math.isfinite(x)
-    except OverflowError:
-        return False
 
 
 def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 0,

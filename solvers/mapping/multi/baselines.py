@@ -32,7 +32,7 @@ from pipeplan.formulations.mapping.multi.plan import JointPlan
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, Network, reference_fps, single_pu_plans
 from pipeplan.formulations.mapping.plan import Plan
 from pipeplan.formulations.mapping.problem import MappingProblem, restrict_pus
-from pipeplan.solvers.mapping.multi.common import check_objective, objective_value, scored_joint_result
+from pipeplan.solvers.mapping.multi.common import check_objective, npu_of, objective_value, scored_joint_result
 from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
 from pipeplan.solvers.mapping.single import single_plan
 
@@ -108,15 +108,6 @@ def best_single_pu(network: Network) -> tuple[str, Plan]:
 def alone_best_pu_plan(problem: MultiProblem) -> JointPlan:
     best = problem.per_model(lambda n: best_single_pu(n)[1])
     return JointPlan({n.name: best[id(n.problem)] for n in problem.networks}, instance=problem.name)
-
-
-def npu_of(problem: MultiProblem) -> str:
-    """The platform's NPU (the first PU of kind ``npu``); ValueError when it has none."""
-    for n in problem.networks:
-        for p, pu in n.problem.profile.pus.items():
-            if pu.kind == "npu":
-                return p
-    raise ValueError(f"{problem.name}: the platform has no NPU (PUs: {', '.join(problem.pu_names)})")
 
 
 def npu_only_plan(problem: MultiProblem) -> JointPlan:

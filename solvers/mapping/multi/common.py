@@ -40,10 +40,21 @@ def network_fault(problem: MultiProblem, solver: str, exact: bool) -> str | None
         if graph is not None:
             return (f"network {graph.name} ({graph.problem.name}) is an operator graph: {solver} needs "
                     "chain networks (the baselines take any)")
-    if solver == "npu-only" and not any(pu.kind == "npu" for n in problem.networks
-                                        for pu in n.problem.profile.pus.values()):
-        return f"npu-only needs an NPU: the platform has none (PUs: {', '.join(problem.pu_names)})"
+    if solver == "npu-only":
+        try:
+            npu_of(problem)
+        except ValueError:
+            return f"npu-only needs an NPU: the platform has none (PUs: {', '.join(problem.pu_names)})"
     return None
+
+
+def npu_of(problem: MultiProblem) -> str:
+    """The platform's NPU (the first PU of kind ``npu``); ValueError when it has none."""
+    for n in problem.networks:
+        for p, pu in n.problem.profile.pus.items():
+            if pu.kind == "npu":
+                return p
+    raise ValueError(f"{problem.name}: the platform has no NPU (PUs: {', '.join(problem.pu_names)})")
 
 
 def analytic_bound(problem: MultiProblem, objective: str) -> float | None:

@@ -26,10 +26,10 @@ INSTANCES = ("gradcode/hetero-n12-s1", "gradcode/hetero-n12-s2", "gradcode/heter
 CONSTRUCTIONS = ("fr", "cr", "hetero-aware", "cpsat", "milp")
 SCENARIOS, SEED, THREADS, GOAL = 64, 0, 2, 0.10
 # general's team search runs without a work budget, so that its time share of the 60-s runs
-# decides. The team search needs CP-SAT's parallel portfolio
-# and time: at 6 deterministic s (until 2026-12-07) it found no team code better than the group
-# placement on hetero-n12-s2 (1.508 s; on one thread not even with 20), with its time share on 2
-# threads 1.119 s; general.md's 1.151 s of 2026-12-02 came from a run before the budget existed.
+# decides. It needs CP-SAT's parallel portfolio and time: at 6 deterministic s (until
+# 2026-12-07) it found no team code better than the group placement on hetero-n12-s2 (1.508 s;
+# on one thread not even with 20), with its time share on 2 threads 1.119 s; general.md's
+# 1.151 s of 2026-12-02 came from a run before the budget existed.
 TEAM_WORK = None
 MILP_MAX_N = 12      # the MILP stops at its limit even at n = 12; at n = 24 it adds nothing over CP-SAT
 COLUMNS = ("instance", "solver", "termination", "quality", "expected_step_s", "p95_step_s", "saa_step_s", "bound_s",

@@ -31,6 +31,10 @@ Decisions (also written into each file's ``notes``):
   block times include their own tensor fill and read-back).
 * The output stage has no measured power: it is charged at the board power of the last block
   on the same PU and level. Transfer power: median of transfer_freq.csv's transfer_power.
+* A block (or input stage) whose time was measured and whose power cell is empty (YOLOv3's
+  blocks 57, 58, 65 and 66 on the NPU, at every level) gets the median board power of the
+  blocks measured on the same PU and level; the profile's notes name every such cell. Charged
+  0 mW, as they had been, they looked cheaper than the board's static power.
 * ``transfers.csv`` was measured at the top frequencies. How a copy's time and power change with
   frequency comes from transfer_freq.csv (one 14400-element kernel per sender/receiver pair and
   level): it depends on the CPU that does the copy, the receiver (for the GPU, its host CPU), so
@@ -182,6 +186,7 @@ def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: d
         elif metric == "out" and layer == blocks[-1]:
             phases[("out", comp, lv)] = t
     doc_pus, time_ms, power_mw, in_stage, out_stage = {}, {}, {}, {}, {}
+    imputed: dict[str, dict[str, list[int]]] = {}   # PU -> level -> blocks whose power was not measured
     for comp in comps:
         lvls = sorted(levels[comp], key=_level_key)
         kind, desc = PU_INFO[comp]
@@ -192,13 +197,21 @@ def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: d
             if all(c is None for c in cells):
                 continue
             time_ms[comp][lv] = [c[0] if c else None for c in cells]
-            power_mw[comp][lv] = [c[1] if c else None for c in cells]
-            if ("in", comp, lv) in phases:
-                in_stage.setdefault(comp, {})[lv] = {"time_ms": phases[("in", comp, lv)],
-                                                    "power_mw": phase_power[("in", comp, lv)] or 0.0}
+            try:
+                power_mw[comp][lv], missing = stand_in_powers(cells)
+            except ValueError as e:
+                raise InputError(rows[0].source, f"Power ({name} on {comp} level {lv})", str(e)) from None
+            if missing:
+                imputed.setdefault(comp, {})[lv] = [blocks[i] for i in missing]
+            if ("in", comp, lv) in phases:      # an unmeasured input power: as a block's, above
+                in_power = phase_power[("in", comp, lv)]
+                in_stage.setdefault(comp, {})[lv] = {
+                    "time_ms": phases[("in", comp, lv)],
+                    "power_mw": statistics.median(p for p in power_mw[comp][lv] if p is not None)
+                    if in_power is None else in_power}
             if ("out", comp, lv) in phases and cells[-1] is not None:
                 out_stage.setdefault(comp, {})[lv] = {"time_ms": phases[("out", comp, lv)],
-                                                     "power_mw": cells[-1][1] or 0.0}
+                                                     "power_mw": power_mw[comp][lv][-1]}
     measured = {}
     for (layer, src, dst), t in sorted(transfers.items()):
         if layer in col and src in comps and dst in comps:
@@ -211,7 +224,8 @@ def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: d
         "source": SOURCE,
         "notes": (f"Campaign: {campaign}. Block-level times (ms) and whole-board power (mW) per block, "
                   "PU and DVFS level. G levels are 'gpu.host'. Transfers to/from the NPU were not "
-                  "measured (0 ms). See pipeplan.profiles.khadas_import for every decision."),
+                  "measured (0 ms)." + _imputed_note(imputed)
+                  + " See pipeplan.profiles.khadas_import for every decision."),
         "power_model": "board",
         "host_pu": HOST_PU,
         "pus": doc_pus,
@@ -225,6 +239,37 @@ def _build_profile(name: str, rows: list[dict], transfers: dict, pair_medians: d
     }
     profile_from_dict(doc, f"khadas-vim3/{name}")  # validate before anything is written
     return doc
+
+
+def stand_in_powers(cells: list[tuple[float, float | None] | None]) -> tuple[list[float | None], list[int]]:
+    """One PU level's board powers from its (time, power) cells, block by block (None: not run
+    there), and the indices whose power was stood in for. A block whose time was measured and
+    whose power cell is empty gets the median board power of the other blocks measured on the
+    same PU and level. Left empty, it had been charged 0 mW: below the board's static power, so
+    a plan that put such a block there looked cheaper than any measured one (YOLOv3's blocks 57,
+    58, 65 and 66 on the NPU). Why that median: the board's power depends on the PU and its
+    level far more than on the block (left out one at a time, the measured NPU blocks are
+    predicted within 0.85% at the median; docs/cost-model.md). ValueError if no block of the
+    level has a measured power."""
+    measured = [c[1] for c in cells if c and c[1] is not None]
+    missing = [i for i, c in enumerate(cells) if c and c[1] is None]
+    if missing and not measured:
+        raise ValueError(f"no block has a measured power to stand in for the {len(missing)} empty cell(s)")
+    stand_in = statistics.median(measured) if missing else None
+    return [None if not c else (stand_in if c[1] is None else c[1]) for c in cells], missing
+
+
+def _imputed_note(imputed: dict[str, dict[str, list[int]]]) -> str:
+    """The profile's own record of which powers are not measurements."""
+    parts = []
+    for comp, by_level in imputed.items():
+        for blocks in sorted({tuple(v) for v in by_level.values()}):
+            levels = [lv for lv, v in by_level.items() if tuple(v) == blocks]
+            parts.append(f"{', '.join(f'b{b}' for b in blocks)} on {comp} at level(s) {', '.join(levels)}")
+    if not parts:
+        return ""
+    return (" Board power not measured for " + "; ".join(parts) + ": each is the median board power "
+            "of the other blocks measured on that PU and level.")
 
 
 def _instance(name: str, n_blocks: int) -> dict:

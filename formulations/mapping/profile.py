@@ -516,7 +516,25 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
                    reentry=per_pu_numbers(r, doc, "reentry", pus),
                    whole_graph=per_pu_numbers(r, doc, "whole_graph", pus))
     check_magnitudes(profile, source)
+    check_power_coverage(profile, r)
     return profile
+
+
+def check_power_coverage(profile: Profile, r: Reader) -> None:
+    """A profile that gives unit powers gives one for every measured time. A missing one had
+    counted as 0 mW: on a board-power profile that is below the board's static power, so a
+    solver minimising energy favoured the units whose power nobody measured. (A profile with
+    no unit power at all, such as a host profile of times, scores no energy: ``has_power``.)"""
+    if not any(v is not None for by in profile.power_mw.values() for values in by.values() for v in values):
+        return
+    for pu, by_level in profile.time_ms.items():
+        for lv, times in by_level.items():
+            powers = profile.power_mw.get(pu, {}).get(lv)
+            for i, t in enumerate(times):
+                if t is not None and (powers is None or powers[i] is None):
+                    fld = f"power_mw.{pu}.{lv}" + ("" if powers is None else f"[{i}]")
+                    raise r.fail(fld, f"no power for unit {profile.units[i]}, whose time is given: "
+                                      "it would count as 0 mW (give a measured or estimated figure)")
 
 
 def per_pu_numbers(r: Reader, doc: dict, key: str, pus: dict[str, PU]) -> dict[str, float]:

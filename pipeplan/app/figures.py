@@ -57,7 +57,10 @@ def pareto_plot(path: Path, title: str, x: str, y: str, *, exact: list[dict] | N
     ax.set_ylabel(LABELS.get(y, y))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:       # an empty legend had been a matplotlib UserWarning on stderr (pareto --time-limit 1e-9)
+        ax.text(0.5, 0.5, "no plan found within the limits", transform=ax.transAxes, ha="center")
     return save_figure(fig, path)
 
 

@@ -210,3 +210,15 @@ def test_pareto_default_folder_stays_under_results_pareto(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (folder,) = (tmp_path / "results" / "pareto").iterdir()
     assert (folder / "front_period_latency.csv").is_file()
+
+
+def test_an_empty_pareto_figure_says_so_without_a_warning(tmp_path):
+    """Nothing to draw (every solve cut by its limit) had left matplotlib's "No artists with
+    labels found" UserWarning on stderr; the figure now says no plan was found."""
+    import warnings
+
+    from pipeplan.app.figures import pareto_plot
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = pareto_plot(tmp_path / "front.png", "empty", "period_ms", "latency_ms", exact=[], approx={}, points={})
+    assert path.stat().st_size > 0

@@ -818,7 +818,8 @@ def run_suite(suite_name: str, out: Path, *, time_limit: float | None = None, jo
         mark_out_folder(out)
         write_json(out / "suite.json", {
             "suite": suite_name, "source": str(path), "planned": [r.key for r in runs], "engine": engine, "jobs": jobs,
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine()})
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "recorded_before": finished,
+            "machine": _machine()})
         _snapshot_optima(out, {r.instance for r in runs if r.system == "mapping"})
 
         def on_record(record: dict) -> None:

@@ -332,6 +332,12 @@ SECTIONS = {"mapping": mapping_section, "gradcode": gradcode_section, "rollout":
             "multi": multi_section}
 
 
+def _resumed(suite: dict) -> str:
+    """A resumed bench's start is not its runs' start: say how many came from earlier ones."""
+    before = suite.get("recorded_before")
+    return f" (resumed: {before} of its runs were recorded before that)" if isinstance(before, int) and before > 0 else ""
+
+
 def _planned_keys(suite: dict) -> list[str] | None:
     """The run keys of the bench's suite in planned order, or None: suite.json's ``planned``
     (the bench writes it), else, for a folder from before it did, the shipped suite of that name.
@@ -458,7 +464,7 @@ def write_report(results_dir: Path) -> str:
     lines = [f"# pipeplan bench report: {suite.get('suite', results_dir.name)}", "",
              f"Command: `pipeplan bench --suite {suite.get('suite', '?')}` (engine {suite.get('engine', '?')}, "
              f"jobs {suite.get('jobs', '?')}); machine: {m.get('machine', '?')}, {m.get('cores', '?')} cores, "
-             f"Python {m.get('python', '?')}; started {suite.get('started', '?')}.", "",
+             f"Python {m.get('python', '?')}; started {suite.get('started', '?')}{_resumed(suite)}.", "",
              f"{len(records)} runs: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + "."
              + _completeness(planned, len(records)), ""]
     by_system: dict[str, list[dict]] = defaultdict(list)

@@ -141,60 +141,16 @@ def test_cli_bench_resumes_unless_fresh(tmp_path):
     assert "(0 already recorded, 1 run now)" in first.stdout
     assert "(1 already recorded, 0 run now)" in again.stdout
     assert "(0 already recorded, 1 run now)" in fresh.stdout
-    assert len(read_records(out / "runs.jsonl")) == 1
 
 
-def test_time_limit_section_reports_the_worst_solve_per_solver():
-    from pipeplan.app.report import limits_section
-
-    def rec(solver, wall, term="completed"):
-        return {"system": "mapping", "instance": "x", "solver": solver, "seed": 0, "time_limit": 10.0,
-                "termination": term, "wall_time_s": wall}
-    lines = limits_section([rec("cpsat", 10.4, "time_limit"), rec("cpsat", 2.0, "optimal"), rec("heft", 0.1)])
-    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:7]] for line in lines
-            if line.startswith("| mapping")}
-    assert rows["cpsat"] == ["2", "1", "1.04", "0.40"]
-    assert rows["heft"] == ["1", "0", "0.01", "0.00"]
-
-
-def test_a_run_that_starts_a_process_of_its_own_is_recorded(tmp_path):
-    # step-plan's proof runs HiGHS in a child process (core.deadline.run_within): the bench's run
-    # processes must be allowed children (the full suite of 2026-12-04 recorded "daemonic
-    # processes are not allowed to have children" for every such run); the proof counts
-    body = ('[[rollout]]\ninstances = ["rollout/tiny-1"]\nsolvers = ["step-plan"]\ntime_limit = 30\n'
-            'params = {evaluations = 200, prove_s = 5.0}\n')
+def test_a_resumed_bench_report_says_its_start_is_not_every_run_s(tmp_path):
+    """The report's start had been the last invocation's alone, with most runs older."""
+    from tests.cli_helpers import run_cli
+    suite = suite_file(tmp_path, '[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["single", "heft"]\n')
     out = tmp_path / "out"
-    run_suite(suite_file(tmp_path, body), out, jobs=2)
-    (record,) = read_records(out / "runs.jsonl")
-    assert record["termination"] == "completed", record["message"]
-    assert record["bound_proven"] is True and record["params"]["step_bound_s"] > 0
-
-
-def test_a_killed_run_takes_the_processes_it_started_with_it(tmp_path, scratch_registry):
-    import os
-
-    from pipeplan.core.deadline import run_within
-
-    pid_file = tmp_path / "grandchild.pid"
-
-    @register("mapping", "test-hang-in-child")
-    def hang(problem):
-        def forever():
-            pid_file.write_text(str(os.getpid()))
-            time.sleep(300)
-        run_within(forever, 300)
-
-    body = ('[[mapping]]\ninstances = ["khadas-vim3/SqueezeV1"]\nsolvers = ["test-hang-in-child"]\n'
-            'time_limit = 1\n')
-    run_suite(suite_file(tmp_path, body), tmp_path / "out", grace_s=2.0)
-    (record,) = read_records(tmp_path / "out" / "runs.jsonl")
-    assert record["termination"] == "time_limit"
-    grandchild = int(pid_file.read_text())
-    for _ in range(100):        # reaped by init once killed; gone within a moment
-        try:
-            os.kill(grandchild, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail(f"the run's child process {grandchild} outlived the killed run")
+    assert run_cli("bench", "--suite", suite, "--out", out).returncode == 0
+    assert "(resumed:" not in (out / "report.md").read_text()
+    lines = (out / "runs.jsonl").read_text().splitlines(keepends=True)
+    (out / "runs.jsonl").write_text(lines[0])               # the second run is redone
+    assert run_cli("bench", "--suite", suite, "--out", out).returncode == 0
+    assert "(resumed: 1 of its runs were recorded before that)." in (out / "report.md").read_text()

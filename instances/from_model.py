@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import exists_safely
 from pipeplan.formulations.mapping.onnx_graph import load_onnx, model_path
 from pipeplan.formulations.mapping.problem import MappingProblem, problem_from_graph
 from pipeplan.formulations.mapping.profile import load_profile
@@ -28,10 +29,10 @@ HOST_PUS = ("C0", "C1")
 def platform_file(platform: str | Path) -> Path:
     """A platform file by path, or by name under profiles/platforms/."""
     path = Path(platform)
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or exists_safely(path):
         return path
     named = PLATFORMS_DIR / f"{platform}.json"
-    if not named.is_file():
+    if not exists_safely(named, file=True):
         known = ", ".join(sorted(p.stem for p in PLATFORMS_DIR.glob("*.json")))
         raise InputError(str(platform), "--platform", f"no such platform file or name (known: {known})")
     return named

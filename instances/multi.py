@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import inside_folder, load_json
+from pipeplan.core.io import exists_safely, inside_folder, load_json
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, multi_problem_from_dict
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.paths import INSTANCES_DIR
@@ -46,9 +46,9 @@ def load_multi_file(path: str | Path) -> MultiProblem:
 def load_multi(name: str) -> MultiProblem:
     """A MultiProblem from a catalogue name (``multi/yolo+mobile``) or a file path."""
     path = Path(name)
-    if path.suffix == ".json" and path.exists():
+    if path.suffix == ".json" and exists_safely(path):
         return load_multi_file(path)
-    if name.startswith("multi/") and (MULTI_DIR / f"{name[6:]}.json").is_file():
+    if name.startswith("multi/") and exists_safely(MULTI_DIR / f"{name[6:]}.json", file=True):
         problem = load_multi_file(MULTI_DIR / f"{name[6:]}.json")
         return problem
     raise InputError(name, "instance", f"unknown multi-network instance (known: {', '.join(multi_names())})")

@@ -222,3 +222,18 @@ def test_an_empty_pareto_figure_says_so_without_a_warning(tmp_path):
         warnings.simplefilter("error")
         path = pareto_plot(tmp_path / "front.png", "empty", "period_ms", "latency_ms", exact=[], approx={}, points={})
     assert path.stat().st_size > 0
+
+
+LONG = "x" * 300      # past the 255 bytes a file name may hold
+
+
+@pytest.mark.parametrize("args", [
+    ["rollout", "simulate", f"{LONG}.json"], ["multi", "solve", f"{LONG}.json"], ["multi", "solve", f"multi/{LONG}"],
+    ["bench", "--suite", LONG, "--out", "{tmp}/b"], ["instance", f"{LONG}.onnx", "--out", "{tmp}/i.json"],
+    ["instance", "squeezenet", "--platform", LONG, "--out", "{tmp}/i.json"]], ids=lambda a: " ".join(a[:2]))
+def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path, args):
+    """pathlib raises ENAMETOOLONG where it meets such a name: it had been an OSError traceback."""
+    from tests.cli_helpers import assert_input_error, run_cli
+    proc = run_cli(*[a.format(tmp=tmp_path) for a in args], cwd=tmp_path)
+    assert_input_error(proc, "xxxx")
+    assert not any(tmp_path.iterdir())

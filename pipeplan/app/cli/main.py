@@ -6,6 +6,7 @@ any output file.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -711,6 +712,12 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if stop_status() is not None:   # what a SIGTERM raised inside a library became
             _exit_terminated(stop_status())
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            # a name no file system holds (a 300-byte instance, suite or trace name), wherever
+            # pathlib first met it: the user's input, not a fault of the tool
+            typer.echo(f"error: {InputError(str(exc.filename), '', 'name too long for the file system').one_line()}",
+                       err=True)
+            sys.exit(2)
         # usage errors of typer's bundled click (bad option values, missing arguments)
         if type(exc).__module__.endswith("click.exceptions") and hasattr(exc, "format_message"):
             message = exc.format_message().strip()

@@ -155,10 +155,12 @@ def _load_code(path: Path, problem=None):
     return code
 
 
-def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, time_limit):
-    """(code, SolveResult or None) for a named scheme on ``problem``."""
+def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, time_limit, source=None):
+    """(code, SolveResult or None) for a named scheme on ``problem`` (read from the file
+    ``source``, if any)."""
     import pipeplan
     from pipeplan.core.deadline import Deadline
+    from pipeplan.formulations.gradcode.checker import misfits
     from pipeplan.formulations.gradcode.gradient_code import code_from_dict
     from pipeplan.solvers.gradcode.schemes import build
     if scheme == "solver":
@@ -172,8 +174,13 @@ def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, tim
         return code_from_dict(r.plan, problem.name), r
     if scheme in ("fr", "gc-fr", "cr", "gc-cr", "pgc-fr", "pgc-cr", "cyclic-mds", "approx") and problem.k != problem.n:
         raise InputError("--scheme", "", f"{scheme} needs k = n partitions (the problem has k = {problem.k}, n = {problem.n})")
-    return build(scheme, problem.n, problem.s, seed=seed, tries=tries, decoder=decoder,
-                 deadline=Deadline(time_limit)), None
+    code = build(scheme, problem.n, problem.s, seed=seed, tries=tries, decoder=decoder, deadline=Deadline(time_limit))
+    # a named construction knows n and s only: on an instance whose capacities it breaks, it had
+    # been written (place) and run (simulate, train) as if the workers could hold it
+    for _, message in misfits(code, problem)[:1]:
+        raise InputError(source or problem.name, "capacity", f"--scheme {scheme} does not fit: {message} "
+                                                   "(--scheme solver places within the capacities)")
+    return code, None
 
 
 @app.command("place")
@@ -194,7 +201,7 @@ def place_cmd(scheme: str = typer.Option(..., "--scheme", help=SCHEME_HELP), n: 
         raise InputError(source, field, f"the code's JSON would hold about {human_bytes(text)}, above the "
                                         f"{human_bytes(max_input_bytes())} pipeplan reads back (PIPEPLAN_MAX_INPUT_MB)")
     code, result = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend=backend,
-                              objective=objective, time_limit=time_limit)
+                              objective=objective, time_limit=time_limit, source=instance)
     doc = code.to_dict()
     doc["instance"] = problem.name
     if result is not None:
@@ -243,7 +250,7 @@ def verify_cmd(scheme: Optional[str] = typer.Option(None, "--scheme", help=SCHEM
     else:
         problem = _problem(instance, n, s)
         code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
-                             objective="expected", time_limit=30.0)
+                             objective="expected", time_limit=30.0, source=instance)
     check_memory("--samples", samples, VERIFY_BYTES_PER_SET_AND_WORKER * code.n)
     if code.n <= 24 or method == "exhaustive":
         check_memory("--max-sets", min(max_sets, math.comb(code.n, code.s)), VERIFY_BYTES_PER_SET_AND_WORKER * code.n)
@@ -283,7 +290,7 @@ def _problem_and_code(command: str, scheme, code_file, instance, n, s, straggler
                 problem.n * problem.k * CODE_BYTES_PER_ENTRY[command])
     if code_file is None:
         code, _ = _make_code(scheme, problem, seed=seed, tries=tries, decoder=decoder, backend="cpsat",
-                             objective="expected", time_limit=30.0)
+                             objective="expected", time_limit=30.0, source=instance)
     else:
         _check_fit(code, code_file, problem, instance)
     return problem, code

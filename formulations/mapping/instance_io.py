@@ -44,6 +44,8 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     for i, u in enumerate(units_raw):
         if not isinstance(u, dict) or not isinstance(u.get("name"), str):
             raise InputError(source, f"graph.units[{i}].name", "missing unit name")
+        if has_control_characters(u["name"]):      # printed in tables, plans and error lines
+            raise InputError(source, f"graph.units[{i}].name", f"control characters in {brief_value(u['name'])}")
         check_fields(u, UNIT_FIELDS, source, f"graph.units[{i}]")
         members = u.get("members", [])
         if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
@@ -78,9 +80,9 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
         profile = load_profile(path)
     else:
         profile = profile_from_dict(prof, f"{source}:profile")
-    name = str(doc.get("name", Path(source).stem))
-    if has_control_characters(name):
-        raise InputError(source, "name", "expected text without control characters")
+    name = doc.get("name", Path(source).stem)
+    if not isinstance(name, str) or has_control_characters(name):     # null had become the name "None"
+        raise InputError(source, "name", f"expected text without control characters, got {brief_value(name)}")
     return MappingProblem(name=name, units=tuple(units),
                           edges=tuple(edges), profile=profile, source=source)
 

@@ -119,7 +119,7 @@ def plan_from_dict(d: Any, source: str = "<plan>") -> Plan:
             if pu not in pus:
                 raise fail(f"stages[{i}].order.{pu}", f"PU not in the stage's pus {pus}")
         stages.append(Stage(tuple(pus), {p: tuple(v) for p, v in order.items()}))
-    levels = d.get("levels", {}) or {}
+    levels = d.get("levels", {})        # [], false and 0 had been taken as no levels
     if not isinstance(levels, dict) or not all(isinstance(v, str) for v in levels.values()):
         raise fail("levels", "expected an object unit -> level name")
     shared = d.get("shared_pus", False)

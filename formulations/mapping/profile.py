@@ -403,6 +403,8 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
         levels = r.get(spec, "levels", f"pus.{name}")
         if not isinstance(levels, list) or not levels or not all(isinstance(x, str) for x in levels):
             raise r.fail(f"pus.{name}.levels", "expected a non-empty list of level names")
+        for lv in levels:           # a level is printed in plans, tables and error lines
+            r.name(lv, f"pus.{name}.levels")
         seen: set[str] = set()
         twice = next((lv for lv in levels if lv in seen or seen.add(lv)), None)
         if twice is not None:      # had been accepted: which of the two a plan's level meant was arbitrary
@@ -420,6 +422,8 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
     check_graph_size(len(units), 0, r.source, "")     # before its tables are read
     if len(set(units)) != len(units):
         raise r.fail("units", "duplicate unit names")
+    for i, u in enumerate(units):
+        r.name(u, f"units[{i}]")
 
     def table(key: str, required_all: bool) -> dict[str, dict[str, tuple]]:
         raw = r.obj(r.get(doc, key, "") if required_all else doc.get(key, {}), key)

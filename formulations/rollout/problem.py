@@ -415,13 +415,16 @@ def problem_from_dict(doc: dict[str, Any], source: str) -> RolloutProblem:
     if not isinstance(responses, list) or not all(isinstance(r, list) for r in responses):
         raise InputError(source, "response_tokens", "expected a list of lists (one per group)")
     check_memory(f"{source}: response_tokens", sum(map(len, responses)), BYTES_PER_REQUEST)   # before the round is built
-    name = doc.get("name") or source
-    if not isinstance(name, str) or has_control_characters(name):   # as a mapping or gradcode problem's name
+    name = doc.get("name", source)      # false had become the file's path
+    if not isinstance(name, str) or not name or has_control_characters(name):   # as a mapping or gradcode problem's
         raise InputError(source, "name", f"expected text without control characters, got {brief_value(name)}")
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):      # 5 had been accepted and written back
+        raise InputError(source, "meta", f"expected an object, got {brief_value(meta)}")
     return RolloutProblem(name=name, source=source,
                           prompt_tokens=int_list("prompt_tokens", doc.get("prompt_tokens")),
                           response_tokens=tuple(tuple(r) for r in responses),
                           engine=part("engine", EngineModel), trainer=part("trainer", TrainerModel),
                           arrival=int_list("arrival", doc.get("arrival", [])),
                           max_response_tokens=doc.get("max_response_tokens", 0), rounds=doc.get("rounds", 1),
-                          meta=doc.get("meta") or {})
+                          meta=meta)

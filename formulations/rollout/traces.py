@@ -11,6 +11,7 @@ tokens) is an error naming the file, the line and the column (``t.csv: line 3: r
 """
 from __future__ import annotations
 
+import difflib
 import json
 import unicodedata
 from pathlib import Path
@@ -22,7 +23,20 @@ from pipeplan.formulations.rollout.problem import BYTES_PER_REQUEST, MAX_COUNT, 
 from pipeplan.formulations.rollout.workloads import check_groups, make_round
 
 REQUIRED = ("prompt_id", "sample_id", "response_tokens")
+READ = (*REQUIRED, "prompt_tokens")
 DEFAULT_PROMPT_TOKENS = 256
+
+
+def _check_columns(path: Path, where: str, names) -> None:
+    """Columns a trace does not use are left alone (an engine's export carries text, rewards,
+    timings), except one that looks like a misspelt column it reads: ``promt_tokens`` had left
+    every prompt at the default length without a word."""
+    for name in names:
+        if name not in READ:
+            close = difflib.get_close_matches(str(name), READ, n=1, cutoff=0.8)
+            if close:
+                raise InputError(str(path), where, f"column {brief_value(name)} is not read: "
+                                                   f"did you mean {close[0]}? (reads {', '.join(READ)})")
 
 
 def _rows(path: Path) -> list[tuple[int, dict]]:
@@ -34,7 +48,9 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
         if not text.strip():
             raise InputError(str(path), "", "empty trace")
         rows = []
-        for n, line in enumerate(text.splitlines(), start=1):
+        # lines end at "\n" alone: a JSON string may hold U+2028 or U+0085, at which splitlines
+        # had cut a valid line in two
+        for n, line in enumerate(text.split("\n"), start=1):
             if line.strip():
                 try:
                     row = json_loads(line)
@@ -49,6 +65,8 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
                 if not isinstance(row, dict):
                     raise InputError(str(path), f"line {n}", "expected a JSON object")
                 rows.append((n, row))
+        for keys, n in {frozenset(row): n for n, row in reversed(rows)}.items():   # each set of keys once
+            _check_columns(path, f"line {n}", sorted(keys))
         return rows
     lines = parse_csv(text, str(path))
     if not lines:
@@ -57,6 +75,7 @@ def _rows(path: Path) -> list[tuple[int, dict]]:
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise InputError(str(path), "header", f"missing column(s) {', '.join(missing)}")
+    _check_columns(path, "header", header)
     # as evaluate --batch: a second response_tokens column had silently replaced the first
     twice = next((c for c in (*REQUIRED, "prompt_tokens") if header.count(c) > 1), None)
     if twice:

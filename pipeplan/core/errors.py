@@ -5,15 +5,21 @@ sees ``error: profiles/x.json: time_ms.G[3]: negative time -1.0`` instead of a t
 """
 from __future__ import annotations
 
+import re
 import traceback
 from pathlib import Path
+
+# What a terminal acts on: C0 controls but the tab, DEL, the C1 block (CSI, NEL, ...) and the
+# bidirectional overrides and isolates (a name can reorder what is shown after it).
+TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def single_line(text: str) -> str:
     """``text`` on one line: every line break Python's ``splitlines`` knows (``\\r``, ``\\v``,
     U+2028, ...), not only ``\\n``, becomes a space (a DVFS level named ``"max\\rX"`` had split
-    the one-line error in two)."""
-    return " ".join(text.splitlines())
+    the one-line error in two), and every other terminal control is written as its escape: a
+    plan's key holding ESC[2J had cleared the user's screen from inside an error line."""
+    return TERMINAL_CONTROLS.sub(lambda m: m[0].encode("unicode_escape").decode(), " ".join(text.splitlines()))
 
 
 MAX_FIELD_CHARS = 200       # of an error's field: a field may hold a key of the user's file

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pipeplan.core.deadline import check_stop
-from pipeplan.core.errors import InputError, brief_value
+from pipeplan.core.errors import TERMINAL_CONTROLS, InputError, brief_value
 from pipeplan.core.sizes import bytes_from_env, check_bytes
 
 DEFAULT_MAX_INPUT_MB = 512
@@ -152,16 +152,22 @@ def load_json(path: str | Path) -> Any:
     if not text.strip():
         raise InputError(str(path), "", "empty file")
     check_bytes(str(path), "", f"its {len(text):,} characters of JSON", len(text) * JSON_BYTES_PER_CHAR)
+    return parse_json(text, str(path))
+
+
+def parse_json(text: str, source: str) -> Any:
+    """JSON text (of the file or argument ``source``) whose duplicate keys, syntax, nesting and
+    overlong integers are :class:`InputError`."""
     try:
         return json_loads(text)
     except DuplicateKey as exc:
-        raise InputError(str(path), exc.key, "given twice in one object") from None
+        raise InputError(source, exc.key, "given twice in one object") from None
     except json.JSONDecodeError as exc:
-        raise InputError(str(path), f"line {exc.lineno}", f"invalid JSON ({exc.msg})") from None
+        raise InputError(source, f"line {exc.lineno}", f"invalid JSON ({exc.msg})") from None
     except RecursionError:
-        raise InputError(str(path), "", "nested too deeply") from None
+        raise InputError(source, "", "nested too deeply") from None
     except ValueError as exc:       # an integer past Python's digit limit (sys.get_int_max_str_digits)
-        raise InputError(str(path), long_number_line(text), too_many_digits(exc)) from None
+        raise InputError(source, long_number_line(text), too_many_digits(exc)) from None
 
 
 def too_many_digits(exc: ValueError) -> str:
@@ -264,10 +270,24 @@ def exists_safely(path: Path, *, file: bool = False) -> bool:
         return False
 
 
+def instance_name(name: Any) -> str:
+    """A catalogue name or file path as a loader takes it: text (a path object as its text),
+    not empty, without NUL. Through the API, None had been a TypeError, 5 a TypeError and a NUL
+    a ValueError from deep in pathlib."""
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise InputError("instance", "", f"expected a catalogue name or a file path, got {brief_value(name)}")
+    return name
+
+
 def has_control_characters(text: str) -> bool:
-    """Whether ``text`` holds a C0 control character or DEL: refused in names that become folder
-    names or table cells (a NUL had crashed pareto's folder name)."""
-    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+    """Whether ``text`` holds a character a terminal acts on: a C0 control, DEL, a C1 control
+    (CSI, NEL) or a bidirectional override (``errors.TERMINAL_CONTROLS``), or a line or paragraph
+    separator. Refused in names that become folder names, table cells or printed headings (a NUL
+    had crashed pareto's folder name; a CSI 2J in an instance's name had cleared the screen)."""
+    return any(ord(c) < 32 for c in text) or TERMINAL_CONTROLS.search(text) is not None \
+        or "\u2028" in text or "\u2029" in text
 
 
 def name_number(digits: str, most: int, source: str, field: str) -> int:

@@ -269,3 +269,17 @@ def test_a_study_refuses_a_file_as_its_output_folder_before_any_work(tmp_path, c
     proc = cli(*command, "--out", taken)
     assert_input_error(proc, "taken.md", "output folder is a file")
     assert taken.read_text() == "mine"
+
+
+def test_a_jsonl_trace_line_ends_at_its_newline_only(tmp_path):
+    """A JSON string may hold U+2028 or U+0085 raw (json.dumps with ensure_ascii=False writes
+    them so): splitlines had cut such a line in two and refused the trace as invalid JSON. An
+    unread column (text, a reward) is left alone."""
+    import json
+
+    from pipeplan.formulations.rollout.traces import load_trace
+    f = tmp_path / "t.jsonl"
+    rows = [{"prompt_id": p, "sample_id": f"s\u2028{i}\x85", "response_tokens": 3 + i + p, "text": "a\u2029b"}
+            for p in range(2) for i in range(2)]
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert load_trace(f).response_tokens == ((3, 4), (4, 5))

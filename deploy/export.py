@@ -36,7 +36,7 @@ from onnx import ModelProto, helper
 from onnx.utils import Extractor
 
 from pipeplan.core.deadline import MODEL_RUN_LIMIT_S
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import check_output, folder_mode, load_json, make_folders, remove_folders
 from pipeplan.deploy.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, load_manifest, sha256_of
 from pipeplan.deploy.partition import Group, branch_groups, check_plan, expand_plan, unit_nodes
@@ -95,7 +95,12 @@ def export_plan(plan_file: str | Path, model_file: str | Path, out: str | Path, 
     instance_name = instance or _named_instance(plan.instance, plan_file)
     if not instance_name:
         raise InputError(str(plan_file), "instance", "the plan names no instance; give --instance")
-    problem = load_mapping(instance_name)
+    try:
+        problem = load_mapping(instance_name)
+    except InputError as exc:       # a name the plan gives is the plan's fault: it had read "host: instance: ..."
+        if instance or exc.source != instance_name:
+            raise
+        raise InputError(str(plan_file), "instance", f"{brief_value(instance_name)}: {exc.message}") from None
     nodes_plan = expand_plan(plan, problem, g, str(plan_file))   # units -> ONNX nodes
     check_plan(nodes_plan, g, str(plan_file))
     unit_nodes(problem, g, str(plan_file))

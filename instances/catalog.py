@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import exists_safely
+from pipeplan.core.io import exists_safely, instance_name
 from pipeplan.instances.paths import INSTANCES_DIR, PLATFORMS_DIR
 
 
@@ -42,9 +42,13 @@ def mapping_instance_names() -> list[str]:
     return measured_names() + operator_names()
 
 
-@lru_cache(maxsize=64)
 def load_mapping(name: str):
     """A MappingProblem from a catalogue name or an instance file path."""
+    return _load_mapping(instance_name(name))   # checked before the cache hashes it (a list had been a TypeError)
+
+
+@lru_cache(maxsize=64)
+def _load_mapping(name: str):
     from pipeplan.formulations.mapping.instance_io import load_problem_file
 
     path = Path(name)
@@ -70,3 +74,6 @@ def load_mapping(name: str):
                                                                             DEFAULT_GRANULARITY))
     known = ", ".join(measured_names()[:4] + operator_names()[:2])
     raise InputError(name, "instance", f"unknown instance (try `pipeplan instances`; e.g. {known}, ...)")
+
+
+load_mapping.cache_clear = _load_mapping.cache_clear     # the cache's own, as lru_cache had given it

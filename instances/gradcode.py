@@ -10,6 +10,7 @@ steps, stores 2(s+1) partitions), medium (speed 1, 15%, s+1) and slow (speed 0.5
 from __future__ import annotations
 
 from pipeplan.core.errors import InputError
+from pipeplan.core.io import instance_name
 from pipeplan.formulations.gradcode.problem import GradCodeProblem, homogeneous_problem
 from pipeplan.formulations.gradcode.straggler import StragglerModel
 from pipeplan.instances.gradcode_clusters import PATTERN, heterogeneous_problem
@@ -44,6 +45,7 @@ def instance_names() -> list[str]:
 def load_instance(name: str) -> GradCodeProblem:
     """A catalogue instance, a synthetic cluster (``gradcode/synthetic-n<N>...``, see
     ``synthetic_gradcode``), or a problem JSON file (``pipeplan.gradcode-problem/1``)."""
+    name = instance_name(name)
     if name in _CATALOGUE:
         return _CATALOGUE[name]()
     from pipeplan.instances.synthetic_gradcode import synthetic_by_name

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import exists_safely, inside_folder, load_json
+from pipeplan.core.io import exists_safely, inside_folder, instance_name, load_json
 from pipeplan.formulations.mapping.multi.problem import MultiProblem, multi_problem_from_dict
 from pipeplan.instances.catalog import load_mapping
 from pipeplan.instances.paths import INSTANCES_DIR
@@ -45,10 +45,14 @@ def load_multi_file(path: str | Path) -> MultiProblem:
 
 def load_multi(name: str) -> MultiProblem:
     """A MultiProblem from a catalogue name (``multi/yolo+mobile``) or a file path."""
+    name = instance_name(name)
     path = Path(name)
     if path.suffix == ".json" and exists_safely(path):
         return load_multi_file(path)
-    if name.startswith("multi/") and exists_safely(MULTI_DIR / f"{name[6:]}.json", file=True):
+    # a catalogue name, never a path (as khadas-vim3/..): multi/../khadas-vim3/InceptionV3 had
+    # been read as a multi-network instance
+    if name.startswith("multi/") and "/" not in name[6:] and name[6:] not in ("", ".", "..") \
+            and exists_safely(MULTI_DIR / f"{name[6:]}.json", file=True):
         problem = load_multi_file(MULTI_DIR / f"{name[6:]}.json")
         return problem
     raise InputError(name, "instance", f"unknown multi-network instance (known: {', '.join(multi_names())})")

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import exists_safely, name_number
+from pipeplan.core.io import exists_safely, instance_name, name_number
 from pipeplan.core.param_values import MAX_SEED
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem, TrainerModel
 from pipeplan.formulations.rollout.workloads import PRESETS, R_PAPER, preset_round
@@ -53,6 +53,7 @@ def _shown(name: str) -> str:
 
 
 def load_instance(name: str) -> RolloutProblem:
+    name = instance_name(name)
     path = Path(name)
     if path.suffix in (".json", ".csv", ".jsonl") and exists_safely(path):
         from pipeplan.formulations.rollout.traces import load_problem_file

@@ -12,21 +12,23 @@ import re
 
 import numpy as np
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import name_number
-from pipeplan.core.param_values import MAX_SEED
+from pipeplan.core.param_values import MAX_SEED, check_seed
 from pipeplan.formulations.gradcode.problem import MAX_SIZE, GradCodeProblem
 from pipeplan.instances.gradcode_clusters import TIERS, heterogeneous_problem
 
-NAME = re.compile(r"^gradcode/synthetic-n(?P<n>\d+)(?:-s(?P<s>\d+))?(?P<pipe>-pipe)?(?:-seed(?P<seed>\d+))?$")
+NAME = re.compile(r"^gradcode/synthetic-n(?P<n>\d+)(?:-s(?P<s>\d+))?(?P<pipe>-pipe)?(?:-seed(?P<seed>\d+))?$",
+                  re.ASCII)     # ASCII digits: a full-width n１２ had been n = 12
 
 
 def synthetic_gradcode(n: int, seed: int = 0, *, s: int = 2, pipelined: bool = False) -> GradCodeProblem:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SIZE:
         # before the n tiers are drawn: n = 2e7 had taken 2.5 GB, 1e8 a MemoryError
         raise InputError("--n", "", f"need 1 to {MAX_SIZE:,} workers, got {n!r}")
-    if not 0 <= s < n:
-        raise InputError("--s", "", f"s = {s} must satisfy 0 <= s < n = {n}")
+    if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < n:     # "2" had been a TypeError
+        raise InputError("--s", "", f"s = {brief_value(s)} must be an integer with 0 <= s < n = {n}")
+    check_seed(seed)
     pattern = "".join(np.random.default_rng(seed).choice(sorted(TIERS), size=n))
     name = f"gradcode/synthetic-n{n}-s{s}" + ("-pipe" if pipelined else "") + (f"-seed{seed}" if seed else "")
     return heterogeneous_problem(name, s, pipelined=pipelined, pattern=pattern)

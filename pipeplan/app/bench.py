@@ -253,6 +253,8 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
                                              f"already selected by {planned[run.key]} (each run once)")
                         planned[run.key] = f"{system}[{i}]"
                         runs.append(run)
+    if not runs:        # `mapping = []` alone: the folder had been written, then runs.jsonl refused as empty
+        raise InputError(source, "", f"plans no run (give at least one group of {', '.join(SYSTEMS)})")
     return runs
 
 

@@ -5,7 +5,7 @@ import time
 
 from pipeplan.core.errors import InputError, brief_value, crash_message
 from pipeplan.core.io import finite_number
-from pipeplan.core.param_values import MAX_SEED
+from pipeplan.core.param_values import MAX_SEED, check_seed
 from pipeplan.core.registry import get_solver
 from pipeplan.core.result import Quality, SolveResult, Termination
 
@@ -24,8 +24,8 @@ def check_limits(time_limit: float | None, threads: int = 1, option: str = "--ti
         raise InputError(option, "", f"must be {least}, got {brief_value(time_limit)}")
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
         raise InputError("--threads", "", f"must be an integer from 1 to {MAX_THREADS}, got {brief_value(threads)}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
-        raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got {brief_value(seed)}")
+    if seed is not None:
+        check_seed(seed)
 
 
 def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 0,
@@ -42,6 +42,15 @@ def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 
     if seed is None:      # check_limits skips a None seed; the solvers need one (None had failed inside ten)
         raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got None")
     check_limits(time_limit, threads, seed=seed)
+    # a problem object and a solver name (None had been an AttributeError, a list a TypeError)
+    if not isinstance(getattr(problem, "kind", None), str) or not isinstance(getattr(problem, "name", None), str):
+        raise InputError("problem", "", f"expected a problem object (with kind and name), got {brief_value(problem)}")
+    if not isinstance(solver, str):
+        raise InputError("solver", "", f"expected a solver name, got {brief_value(solver)}")
+    # a numpy scalar (np.int64(5) for node_limit) as the Python number it holds: it had passed
+    # the declared check and then failed the solver's own isinstance(int) test inside
+    params = {k: v.item() if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", 1) == 0
+              else v for k, v in params.items()}
     info = get_solver(problem.kind, solver)
     info.check_params({**params, "warm_start": warm_start})
     common = {"time_limit": time_limit, "seed": seed, "threads": threads, "warm_start": warm_start}

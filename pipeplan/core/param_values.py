@@ -9,7 +9,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from pipeplan.core.errors import brief_value
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS
 
 
@@ -77,6 +77,13 @@ def _finite(value) -> bool:
 MAX_WHOLE = 10**9    # counts of moves, evaluations, generations, weight versions, groups
 MAX_TRIES = 10**6     # CR codes tried per seed search (each a verification)
 MAX_SEED = 2 ** 31 - 1      # CP-SAT's random_seed is a 32-bit integer; numpy takes no seed below 0
+
+
+def check_seed(seed) -> None:
+    """A seed as every solver takes it: an integer from 0 to MAX_SEED (-1 had been numpy's
+    ValueError from inside an instance generator)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got {brief_value(seed)}")
 # Every parameter a solver declares besides the common options and its Literal ones, by name
 # (``(system, name)`` first where a system's meaning differs); ``tests/core/test_solver_params``
 # requires an entry for each, so a new parameter cannot escape the up-front check.

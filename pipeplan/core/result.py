@@ -18,7 +18,8 @@ from enum import Enum
 from importlib import metadata
 from typing import Any
 
-from pipeplan.core.io import check_fields
+from pipeplan.core.errors import InputError, brief_value
+from pipeplan.core.io import check_fields, parse_json
 
 RESULT_SCHEMA = "pipeplan.result/1"
 
@@ -93,15 +94,27 @@ class SolveResult:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SolveResult":
+    def from_dict(cls, d: dict[str, Any], source: str = "result") -> "SolveResult":
+        """A result as ``to_dict`` writes it. Its fields are checked, not its values' meaning:
+        a missing or unknown field, or a termination or quality no result has, is an
+        InputError (they had been KeyError, TypeError and ValueError)."""
+        if not isinstance(d, dict):
+            raise InputError(source, "", f"expected a JSON object, got {type(d).__name__}")
+        check_result_fields(d, source)
+        missing = next((k for k in ("problem_kind", "instance", "solver", "termination", "quality") if k not in d), None)
+        if missing:
+            raise InputError(source, missing, "missing")
         d = {k: v for k, v in d.items() if k != "schema"}
-        d["termination"] = Termination(d["termination"])
-        d["quality"] = Quality(d["quality"])
+        for key, kind in (("termination", Termination), ("quality", Quality)):
+            if d[key] not in {m.value for m in kind}:
+                raise InputError(source, key, f"unknown {key} {brief_value(d[key])} "
+                                              f"(known: {', '.join(m.value for m in kind)})")
+            d[key] = kind(d[key])
         return cls(**d)
 
     @classmethod
-    def from_json(cls, text: str) -> "SolveResult":
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, source: str = "result") -> "SolveResult":
+        return cls.from_dict(parse_json(text, source), source)
 
 
 # What SolveResult.to_dict writes (every field of a result file pipeplan writes)

@@ -230,10 +230,24 @@ LONG = "x" * 300      # past the 255 bytes a file name may hold
 @pytest.mark.parametrize("args", [
     ["rollout", "simulate", f"{LONG}.json"], ["multi", "solve", f"{LONG}.json"], ["multi", "solve", f"multi/{LONG}"],
     ["bench", "--suite", LONG, "--out", "{tmp}/b"], ["instance", f"{LONG}.onnx", "--out", "{tmp}/i.json"],
-    ["instance", "squeezenet", "--platform", LONG, "--out", "{tmp}/i.json"]], ids=lambda a: " ".join(a[:2]))
+    ["instance", "squeezenet", "--platform", LONG, "--out", "{tmp}/i.json"],
+    ["multi", "solve", "multi/../khadas-vim3/InceptionV3"]], ids=lambda a: " ".join(a[:2]))
 def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path, args):
-    """pathlib raises ENAMETOOLONG where it meets such a name: it had been an OSError traceback."""
+    """pathlib raises ENAMETOOLONG where it meets such a name: it had been an OSError traceback.
+    (And a multi catalogue name is a name: multi/../x had read another folder's file.)"""
     from tests.cli_helpers import assert_input_error, run_cli
     proc = run_cli(*[a.format(tmp=tmp_path) for a in args], cwd=tmp_path)
-    assert_input_error(proc, "xxxx")
+    assert_input_error(proc, "xxxx" if LONG in " ".join(args) else "unknown multi-network")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args,field", [
+    (["rollout", "simulate", "rollout/tiny-1", "--policy", "cgp", "--engine", "c0_s=1_0"], "c0_s"),   # had been 10
+    (["rollout", "simulate", "rollout/tiny-1", "--policy", "cgp", "--engine", "max_num_seqs=\uff12"], "max_num_seqs"),
+    (["rollout", "simulate", "rollout/tiny-1", "--policy", "cgp", "--engine", "replicas=1", "--engine", "replicas=2"],
+     "replicas"),                                                                            # the last had won
+    (["gradcode", "simulate", "--scheme", "fr", "--instance", "gradcode/synthetic-n\uff11\uff12", "--steps", "5"],
+     "instance")])                                                                           # had been n = 12
+def test_numbers_in_options_and_names_are_ascii_decimal(tmp_path, args, field):
+    from tests.cli_helpers import assert_input_error, run_cli
+    assert_input_error(run_cli(*args, cwd=tmp_path), field)

@@ -158,3 +158,38 @@ def test_an_error_quoting_a_huge_value_stays_a_readable_line(tmp_path):
     long_field = InputError("f.json", "time_ms.A." + "L" * 20_000, "unknown level")
     assert len(long_field.one_line()) < 400 and long_field.one_line().endswith(": unknown level")
     assert InputError("f.json", "x", "short").one_line() == "f.json: x: short"
+
+
+@pytest.mark.parametrize("text, field", [
+    ("{}", "problem_kind"),                                                  # had been KeyError
+    ('{"problem_kind": "mapping", "stoped_by": 1}', "stoped_by"),            # had been TypeError
+    ('{"problem_kind": "mapping", "instance": "x", "solver": "heft", "termination": "done", "quality": "none"}',
+     "termination"),                                                         # had been ValueError
+    ("[" * 100_000, ""),                                                     # had been RecursionError
+    ('{"solver": "a", "solver": "b"}', "solver")])                           # had kept the second
+def test_a_result_read_back_names_what_is_wrong(text, field):
+    with pytest.raises(InputError) as info:
+        SolveResult.from_json(text, "r.json")
+    assert (info.value.source, info.value.field) == ("r.json", field)
+
+
+@pytest.mark.parametrize("loader", ["pipeplan.instances.catalog:load_mapping", "pipeplan.instances.gradcode:load_instance",
+                                    "pipeplan.instances.rollout:load_instance", "pipeplan.instances.multi:load_multi"])
+@pytest.mark.parametrize("name", [None, 5, ["x"], "", "a\x00.json"])
+def test_a_loader_given_no_name_says_so(loader, name):
+    """Through the API these had been TypeError or pathlib's ValueError (NUL)."""
+    import importlib
+    module, func = loader.split(":")
+    with pytest.raises(InputError, match="expected a catalogue name or a file path"):
+        getattr(importlib.import_module(module), func)(name)
+
+
+@pytest.mark.parametrize("generator, args, kwargs", [
+    ("synthetic_mapping", (10**12,), {}),            # a MemoryError after drawing
+    ("synthetic_mapping", (5,), {"seed": -1}),       # numpy's ValueError
+    ("synthetic_gradcode", (5,), {"s": "2"}),        # a TypeError
+    ("synthetic_gradcode", (5,), {"seed": -1})])
+def test_the_instance_generators_check_their_arguments_first(generator, args, kwargs):
+    import importlib
+    with pytest.raises(InputError):
+        getattr(importlib.import_module(f"pipeplan.instances.{generator}"), generator)(*args, **kwargs)

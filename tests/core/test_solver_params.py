@@ -158,3 +158,24 @@ def test_the_facade_refuses_what_had_escaped_its_check(options, named):
         pipeplan.solve(load_mapping("khadas-vim3/Alex"), "heft", **options)
     assert named in (info.value.source, info.value.field)
     assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda P: pipeplan.solve(None, "heft"), "problem"),        # had been an AttributeError
+    (lambda P: pipeplan.solve(P, ["heft"]), "solver")])          # had been a TypeError
+def test_the_facade_names_a_wrong_problem_or_solver(call, named):
+    from pipeplan.instances.catalog import load_mapping
+    with pytest.raises(InputError) as info:
+        call(load_mapping("khadas-vim3/Alex"))
+    assert info.value.source == named
+
+
+@pytest.mark.parametrize("solver, params", [("milp", {"node_limit": np.int64(5)}),
+                                            ("nsga2", {"max_evaluations": np.int64(50)})])
+def test_a_numpy_scalar_parameter_is_its_number(solver, params):
+    """np.int64(5) had passed the declared check, then failed the solver's own test as no int:
+    an error result. It is the number it holds."""
+    from pipeplan.instances.catalog import load_mapping
+    result = pipeplan.solve(load_mapping("khadas-vim3/Alex"), solver, time_limit=10, **params)
+    assert result.termination.value != "error", result.message
+    assert result.plan is not None

@@ -116,7 +116,7 @@ def test_a_code_of_more_workers_than_a_problem_may_have_is_refused(tmp_path):
     """The problem's limit (10,000 workers or partitions): a code of 20,001 workers was verified."""
     big = tmp_path / "big.json"
     big.write_text(json.dumps({"schema": CODE["schema"], "s": 1, "support": [[1]] * 10_001}))
-    assert_input_error(cli("verify", "--code", big), "big.json", "support", "10001 workers, more than 10,000")
+    assert_input_error(cli("verify", "--code", big), "big.json", "support", "10,001 rows, more than 10,000")
 
 
 @pytest.mark.parametrize("args", [("place", "--scheme", "cr"), ("place", "--scheme", "cyclic-mds"),
@@ -355,3 +355,17 @@ def test_train_and_simulate_refuse_a_code_the_memory_cap_cannot_hold(command, n,
     assert not out.exists()
     proc = run_cli("gradcode", command, "--n", 12, "--s", 2, *args, env={"PIPEPLAN_MAX_MEMORY_MB": "64"})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_schedule_of_more_rows_than_a_code_may_hold_is_refused_before_its_entries():
+    """A 2.1 M-row schedule had been checked entry by entry (9 s, 540 MB) and accepted."""
+
+    from pipeplan.core.errors import InputError
+    from pipeplan.formulations.gradcode.gradient_code import code_from_dict
+    from pipeplan.formulations.gradcode.problem import MAX_SIZE
+    from pipeplan.solvers.gradcode.schemes import build
+    doc = json.loads(json.dumps(build("pgc-fr", 6, 1).to_dict()))
+    doc["schedule"] = doc["schedule"] * (MAX_SIZE // len(doc["schedule"]) + 1)
+    with pytest.raises(InputError, match="rows, more than") as info:
+        code_from_dict(doc, "big.json")
+    assert info.value.field == "schedule"

@@ -216,6 +216,9 @@ def _positive(where: str, fld: str, value: Any, least: float = 0.0, most: float 
         raise InputError(where, fld, f"must be from {least:g} to {most:g}, got {brief_value(value)}")
 
 
+MULTI_FIELDS = ("schema", "name", "sharing", "networks")      # what MultiProblem.to_dict writes
+
+
 def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], MappingProblem]) -> MultiProblem:
     """A MultiProblem from its JSON form. ``load(instance, field)`` turns a network's
     ``instance`` (a catalogue name or a file next to the instance file) into its MappingProblem;
@@ -224,6 +227,7 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
         raise InputError(source, "", "expected a JSON object")
     if doc.get("schema") != MULTI_SCHEMA:
         raise InputError(source, "schema", f"unsupported schema {doc.get('schema')!r} (expected {MULTI_SCHEMA!r})")
+    check_fields(doc, MULTI_FIELDS, source)     # a misspelt "sharng" had run time-shared without a word
     raw = doc.get("networks")
     if not isinstance(raw, list) or not raw:
         raise InputError(source, "networks", "expected a non-empty list of networks")

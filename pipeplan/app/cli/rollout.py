@@ -25,7 +25,7 @@ from pipeplan.app.cli.common import command_text, fail_if_all_failed, listed, na
 from pipeplan.app.cli.common import progress as _progress
 from pipeplan.core.api import check_limits
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_out_folder, check_output, staged_folder
+from pipeplan.core.io import check_out_folder, check_output, parse_number, staged_folder
 from pipeplan.core.param_values import MAX_WHOLE
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
 from pipeplan.formulations.rollout.workloads import REPRO_SEEDS
@@ -46,16 +46,17 @@ def _engine_changes(items: list[str] | None) -> dict:
         key = key.strip().replace("-", "_")
         if not sep or key not in types:
             raise InputError("--engine", key or item, f"expected FIELD=VALUE with FIELD one of {', '.join(types)}")
+        if key in out:      # a second replicas=... had silently replaced the first
+            raise InputError("--engine", key, "given twice")
         kind = types[key]
-        try:
-            if kind == "bool":
-                if text.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                    raise ValueError
-                out[key] = text.lower() in ("true", "1", "yes", "on")
-            else:
-                out[key] = {"int": int, "float": float}.get(kind, str)(text)
-        except ValueError:
-            raise InputError("--engine", key, f"expected a {kind} value, got {text!r}") from None
+        if kind == "bool":
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                raise InputError("--engine", key, f"expected a bool value, got {text!r}")
+            out[key] = text.lower() in ("true", "1", "yes", "on")
+        elif kind in ("int", "float"):  # as every number pipeplan reads: 1_0 had been 10, a full-width 1 a 1
+            out[key] = parse_number(text, "--engine", key, integer=kind == "int")
+        else:
+            out[key] = text
     return out
 
 

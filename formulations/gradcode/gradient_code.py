@@ -162,7 +162,7 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
     if not isinstance(d, dict):
         raise InputError(source, "", "expected a JSON object")
     if isinstance(d.get("plan"), dict) and "support" in d["plan"]:   # a SolveResult file
-        check_result_fields(d, source)
+        check_result_fields(d, source, "gradcode")
         d = d["plan"]
     if d.get("schema", SCHEMA) != SCHEMA:
         raise InputError(source, "schema", f"expected {SCHEMA}, got {d.get('schema')!r}")

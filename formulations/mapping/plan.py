@@ -88,7 +88,7 @@ def plan_from_dict(d: Any, source: str = "<plan>") -> Plan:
     if not isinstance(d, dict):
         raise fail("", "expected a JSON object")
     if "plan" in d and "stages" not in d:  # a SolveResult file: take its plan
-        check_result_fields(d, source)
+        check_result_fields(d, source, "mapping")
         d = d["plan"]
         if not isinstance(d, dict):
             raise fail("plan", "the result holds no plan")

@@ -121,8 +121,12 @@ class SolveResult:
 RESULT_FIELDS = ("schema", *(f.name for f in fields(SolveResult)))
 
 
-def check_result_fields(doc: dict, source: str) -> None:
+def check_result_fields(doc: dict, source: str, kind: str | None = None) -> None:
     """A SolveResult file given where a plan or a code is expected (only its ``plan`` is read):
     refuse a top-level field that no result pipeplan writes has (``"stoped_by"``, ``"note"``: the
-    fields outside ``plan`` had not been checked at all)."""
+    fields outside ``plan`` had not been checked at all), and a result of another problem kind
+    than ``kind`` (a gradcode result had been read as a mapping plan)."""
     check_fields(doc, RESULT_FIELDS, source)
+    if kind is not None and "problem_kind" in doc and doc["problem_kind"] != kind:
+        raise InputError(source, "problem_kind", f"a result of {brief_value(doc['problem_kind'])}, "
+                                                 f"where a {kind} plan is expected")

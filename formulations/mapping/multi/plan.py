@@ -38,7 +38,7 @@ class JointPlan:
 
 def joint_plan_from_dict(d: Any, source: str = "<plan>") -> JointPlan:
     if isinstance(d, dict) and "plan" in d and "plans" not in d:   # a SolveResult file: take its plan
-        check_result_fields(d, source)
+        check_result_fields(d, source, "multi")
         d = d["plan"]
     if not isinstance(d, dict):
         raise InputError(source, "", "expected a JSON object")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeplan.core.errors import InputError
+from pipeplan.core.errors import InputError, brief_value
 from pipeplan.core.io import check_fields
 from pipeplan.core.result import check_result_fields
 from pipeplan.formulations.mapping.multi.problem import MAX_NETWORKS
@@ -53,4 +53,7 @@ def joint_plan_from_dict(d: Any, source: str = "<plan>") -> JointPlan:
     plans = {}
     for name, p in raw.items():
         plans[name] = plan_from_dict(p, f"{source}: plans.{name}")
-    return JointPlan(plans, instance=str(d.get("instance", "")))
+    instance = d.get("instance", "")
+    if not isinstance(instance, str):       # 5 had been read as the instance "5"
+        raise InputError(source, "instance", f"expected an instance name, got {brief_value(instance)}")
+    return JointPlan(plans, instance=instance)

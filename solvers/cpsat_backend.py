@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from pipeplan.core.deadline import stoppable
+
 MIN_WORK = 1e-3   # deterministic seconds: a later solve with less left is not started
 
 
@@ -36,7 +38,9 @@ def check_work_limit(work_limit) -> None:
 
 
 def set_limits(solver, *, time_limit: float | None, work_limit: float | None) -> None:
-    """Set a CpSolver's wall-clock limit (s) and work limit (deterministic s); None: none."""
+    """Set a CpSolver's wall-clock limit (s) and work limit (deterministic s); None: none. It
+    is made stoppable too (``core.deadline.stoppable``: a SIGTERM or Ctrl-C ends its search)."""
+    stoppable(solver)
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = max(0.05, float(time_limit))
     if work_limit is not None:

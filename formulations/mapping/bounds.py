@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.core.deadline import Deadline
+from pipeplan.core.deadline import Deadline, stoppable
 from pipeplan.formulations.mapping.problem import MappingProblem
 
 # relative precision of the forced-placement bisection (the bound is the refuted end: valid)
@@ -294,7 +294,7 @@ def load_balance(problem: MappingProblem, work_limit: float = 2.0, data: Problem
     for (i, j), lit in x.items():
         m.Add(period >= int(ticks[i, j])).OnlyEnforceIf(lit)
     m.Minimize(period)
-    solver = cp_model.CpSolver()
+    solver = stoppable(cp_model.CpSolver())      # a SIGTERM or Ctrl-C ends its search
     solver.parameters.max_deterministic_time = max(0.01, work_limit)
     solver.parameters.num_workers = 1
     if solver.Solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from pipeplan.core.deadline import stoppable
 from pipeplan.formulations.rollout.problem import EngineModel, RolloutProblem
 
 SCALE = 10**6  # trainer coefficients in millionths of the time unit (rounded down)
@@ -231,7 +232,7 @@ def _chain_bound_cached(problem: RolloutProblem, terms: GroupTerms, unit: float,
                         work_limit: float, threads: int) -> tuple[float, bool]:
     from ortools.sat.python import cp_model
     md = _chain_model(problem, terms, unit)
-    solver = cp_model.CpSolver()
+    solver = stoppable(cp_model.CpSolver())      # a SIGTERM or Ctrl-C ends its search
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.max_deterministic_time = float(work_limit)
     solver.parameters.num_workers = max(1, int(threads))

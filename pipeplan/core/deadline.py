@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from contextlib import suppress
 
 from pipeplan.core.errors import Terminated
@@ -53,6 +54,7 @@ MODEL_RUN_LIMIT_S = 3600.0
 
 
 _WAITED_ON: set = set()    # the children run_within is waiting on now, from any thread
+_NATIVE: weakref.WeakSet = weakref.WeakSet()    # CP-SAT solvers a stop must interrupt
 _stopping: int | None = None    # the exit status asked for by ``stop``
 
 
@@ -67,9 +69,30 @@ def stop(status: int) -> None:
     starting runs (1 of 12 SIGTERMs in tests)."""
     global _stopping
     _stopping = status
+    interrupt_native()
     for process in list(_WAITED_ON):
         with suppress(Exception):
             process.kill()
+
+
+def stoppable(solver):
+    """``solver`` (a CpSolver), made to end its search when the process is asked to stop. A
+    Python signal handler runs only between bytecodes, so a SIGTERM had waited out the whole
+    solve (a rollout CP-SAT at a 1e308 s limit: still running 11 minutes after it), and CP-SAT's
+    own SIGINT handler took Ctrl-C for itself (the solve stopped and the command went on to exit
+    0, or the process died by SIGINT with its temporary folders left). Its handler is switched
+    off, and :func:`interrupt_native` (called from the CLI's signal watcher thread) stops it."""
+    solver.parameters.catch_sigint_signal = False
+    _NATIVE.add(solver)
+    return solver
+
+
+def interrupt_native() -> None:
+    """Stop the search of every registered solver, from any thread: each Solve then returns at
+    once, and the Python handler (SIGTERM) or KeyboardInterrupt (Ctrl-C) runs after it."""
+    for solver in list(_NATIVE):
+        with suppress(Exception):
+            solver.StopSearch()
 
 
 def stop_status() -> int | None:

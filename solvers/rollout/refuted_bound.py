@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import time
 
+from pipeplan.core.deadline import stoppable
 from pipeplan.formulations.rollout.fixed_model import fixed_model
 from pipeplan.formulations.rollout.problem import RolloutProblem
 from pipeplan.solvers.rollout.cpsat import GRID, RolloutCpModel
@@ -76,7 +77,7 @@ def refuted(problem: RolloutProblem, target_s: float, time_limit: float, threads
 
     model = cut_model(problem, target_s)
     model.md.ClearObjective()
-    solver = cp_model.CpSolver()
+    solver = stoppable(cp_model.CpSolver())      # a SIGTERM or Ctrl-C ends its search
     solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     solver.parameters.num_workers = max(1, int(threads))
     return target_s - model.slack_s if solver.Solve(model.md) == cp_model.INFEASIBLE else None

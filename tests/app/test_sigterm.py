@@ -276,3 +276,25 @@ def test_a_command_that_swallowed_sigterm_still_exits_143_with_one_line(tmp_path
     out, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 143, err
     assert err.strip().splitlines() == ["error: terminated by SIGTERM (its temporary files are removed)"]
+
+
+@pytest.mark.parametrize("sig, status, line", [(signal.SIGTERM, 143, "error: terminated by SIGTERM"),
+                                               (signal.SIGINT, 130, "aborted")])
+def test_a_signal_stops_a_native_cpsat_solve_at_once(tmp_path, sig, status, line):
+    """A Python handler runs only between bytecodes: a SIGTERM had waited out the whole CP-SAT
+    solve (at a 1e308 s limit it was still running 11 minutes later), and CP-SAT's own SIGINT
+    handler had swallowed Ctrl-C (the command went on and exited 0) or let it kill the process
+    with its temporary folders left. The signal watcher stops the search; Ctrl-C says so."""
+    proc = _start("rollout", "sweep", "--R", 32, "--rhos", 1, "--engines", "linear", "--time-limit", "1e308",
+                  "--out", tmp_path / "sweep", cwd=tmp_path)
+    began = time.monotonic()
+    _wait_for(lambda: time.monotonic() - began > 6, proc)      # past the sync round, inside CP-SAT
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode == status, err
+    assert err.strip().splitlines()[-1].startswith(line) and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

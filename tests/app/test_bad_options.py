@@ -151,7 +151,8 @@ def test_costmodel_writes_all_its_files_or_none(tmp_path):
 # A limit whose kill timer (10x) passes the platform's clock had crashed the timer's thread
 # (traceback; the run went on unwatched), and an empty list had named --time-limit and -1
 # (found by a hostile-input audit).
-LIMITS = [("1e10", "--limits: at most 1e+06 s a run"), ("1e308", "--limits: at most 1e+06 s a run"),
+LIMITS = [("1e10", "--limits: at most 1,000,000 s a run"), ("1e308", "--limits: at most 1,000,000 s a run"),
+          ("1000001", "got 1000001.0"),         # had read "at most 1e+06, got 1e+06"
           ("", "--limits: no time limit given"), ("0", "--limits: must be a positive number")]
 
 

@@ -522,7 +522,7 @@ def limits_cmd(out: Path = typer.Option(Path("results/limits.md"), "--out", help
     for limit in seconds:
         check_limits(limit, option="--limits")
         if limit > MAX_LIMIT_S:
-            raise InputError("--limits", "", f"at most {MAX_LIMIT_S:g} s a run, got {limit:g}")
+            raise InputError("--limits", "", f"at most {MAX_LIMIT_S:,.0f} s a run, got {limit!r}")
     check_output(out)
     load = __import__("os").getloadavg()
     runs = []

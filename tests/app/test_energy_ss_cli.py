@@ -132,3 +132,26 @@ def test_the_energy_page_is_written_when_a_solver_found_no_plan():
                      period_ms=5.0, energy_mj=20.0, energy_ss_mj=20.0)]
     md = energy_efficiency_markdown(rows, gains(rows), command="pipeplan study", static_mw=2365.0)
     assert "a311d/squeezenet" in md and "time_limit/none" in md
+
+
+def test_energy_efficiency_writes_its_three_files_together(tmp_path, monkeypatch):
+    """Written one by one, a full disk had left the new CSVs beside the old report: a failure on
+    the third file now leaves the folder as it was."""
+    import errno
+
+    from pipeplan.app.studies import energy_efficiency as study
+    from pipeplan.core import io
+    (tmp_path / "energy_efficiency.md").write_text("the user's report\n")
+    io.mark_out_folder(tmp_path)
+    real = study.write_atomic
+
+    def full_disk(path, data, **kw):
+        if path.name == "energy_efficiency.md":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data, **kw)
+    monkeypatch.setattr(study, "write_atomic", full_disk)
+    with pytest.raises(OSError):
+        study.energy_efficiency(["khadas-vim3/Google-parapipe"], tmp_path, time_limit=20, threads=1, seed=0,
+                                command="test")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".pipeplan-out", "energy_efficiency.md"]
+    assert (tmp_path / "energy_efficiency.md").read_text() == "the user's report\n"

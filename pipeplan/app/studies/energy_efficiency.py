@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pipeplan
-from pipeplan.core.io import mark_out_folder, write_atomic
+from pipeplan.core.io import staged_folder, write_atomic
 from pipeplan.core.result import SolveResult
 from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.core.vocabulary import MAPPING_OBJECTIVES
@@ -260,9 +260,11 @@ def energy_efficiency(instances: list[str], out: Path, *, time_limit: float, thr
     if progress:
         progress(len(instances), len(instances), "written")
     table = gains(rows)
-    mark_out_folder(out)          # the CLI checked the folder (core.io.check_out_folder) before the solves
-    write_atomic(out / "energy_efficiency.csv", csv_text(table, GAIN_COLUMNS))
-    write_atomic(out / "energy_efficiency_plans.csv", csv_text(rows, PLAN_COLUMNS))
-    write_atomic(out / "energy_efficiency.md", energy_efficiency_markdown(rows, table, command=command,
-                                                                          static_mw=static))
+    # the three files together or none: written one by one, a full disk had left the new CSVs
+    # beside the old report (the CLI checked the folder before the solves)
+    with staged_folder(out) as stage:
+        write_atomic(stage / "energy_efficiency.csv", csv_text(table, GAIN_COLUMNS))
+        write_atomic(stage / "energy_efficiency_plans.csv", csv_text(rows, PLAN_COLUMNS))
+        write_atomic(stage / "energy_efficiency.md", energy_efficiency_markdown(rows, table, command=command,
+                                                                                static_mw=static))
     return table

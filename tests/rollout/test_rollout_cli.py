@@ -85,6 +85,11 @@ def test_compare_and_optimum_on_a_tiny_round(tmp_path):
     (("simulate", "--workload", "lsat-ar", "--R", "4", "--rounds", "2", "--staleness", "1" + "0" * 23),
      ("--staleness", "at most --rounds - 1 = 1")),
     (("compare", "rollout/tiny-0", "--staleness", "1"), ("--staleness", "at most --rounds - 1 = 0")),
+    # the same in the studies, which had run them (found by a hostile-input audit)
+    (("sweep", "--R", "32", "--frontier", "33"), ("--frontier", "has 32")),
+    (("reproduce", "--frontier", "33"), ("--frontier", "has 32")),
+    (("async", "--R", "2", "--rounds", "2", "--seeds", "1", "--workloads", "lsat-ar", "--staleness", "0,3"),
+     ("--staleness", "at most --rounds - 1 = 1")),
     (("simulate", "--workload", "lsat-ar", "--R", "4", "--engine", "replicas=1000000000000"),
      ("engine.replicas", "32 requests")),
     (("sweep", "--R", "4", "--rhos", "1,inf"), ("--rhos", "finite")),

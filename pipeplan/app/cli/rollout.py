@@ -364,7 +364,9 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
     check_limits(time_limit, threads)
     values = _floats(rhos, "--rhos")
     kinds = _engines(engines)
-    _check_rhos([preset_round(workload, R, seed=seed)], values)     # bad presets and R < U fail here too
+    base = preset_round(workload, R, seed=seed)
+    _check_rhos([base], values)     # bad presets and R < U fail here too
+    _check_policy_options(base, frontier, 0)       # as compare: F_w = 33 at R = 32 had run
     command = command_text("pipeplan rollout sweep")
     check_out_folder(out)
     with _progress("sweep") as progress:
@@ -401,6 +403,7 @@ def reproduce_cmd(seeds: int = typer.Option(REPRO_SEEDS, "--seeds", min=1, max=M
     _check_jitter(jitter)
     jitter = ARRIVAL_JITTER_GROUPS if jitter is None else jitter
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates
+    _check_policy_options(sample, frontier, 0)     # its smallest R, 32: F_w = 33 had run
     command = command_text("pipeplan rollout reproduce")
     check_out_folder(out)
     with _progress("reproduce") as progress:
@@ -466,6 +469,9 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
     etas = _whole_numbers(stalenesses, "--staleness", 0)
     if 0 not in etas:       # each row's speedup is against the on-policy run (staleness 0)
         raise InputError("--staleness", "", f"must include 0, the on-policy baseline of the speedups, got {stalenesses!r}")
+    if max(etas) > rounds - 1:      # as simulate and compare: a bound past the rounds had run as rounds - 1
+        raise InputError("--staleness", "", f"{max(etas)} weight versions, but --rounds {rounds}: "
+                                            f"at most --rounds - 1 = {rounds - 1}")
     for w in names:
         preset_round(w, R, rounds=rounds)        # bad presets, R < U fail before any work
     command = command_text("pipeplan rollout async")

@@ -8,7 +8,10 @@ nothing else) with termination ``time_limit``.
 """
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 import weakref
 from contextlib import suppress
@@ -56,6 +59,7 @@ MODEL_RUN_LIMIT_S = 3600.0
 _WAITED_ON: set = set()    # the children run_within is waiting on now, from any thread
 _NATIVE: weakref.WeakSet = weakref.WeakSet()    # CP-SAT solvers a stop must interrupt
 _stopping: int | None = None    # the exit status asked for by ``stop``
+_watching: int | None = None    # the process whose signals watch_signals watches
 
 
 def stop(status: int) -> None:
@@ -80,11 +84,40 @@ def stoppable(solver):
     Python signal handler runs only between bytecodes, so a SIGTERM had waited out the whole
     solve (a rollout CP-SAT at a 1e308 s limit: still running 11 minutes after it), and CP-SAT's
     own SIGINT handler took Ctrl-C for itself (the solve stopped and the command went on to exit
-    0, or the process died by SIGINT with its temporary folders left). Its handler is switched
-    off, and :func:`interrupt_native` (called from the CLI's signal watcher thread) stops it."""
-    solver.parameters.catch_sigint_signal = False
+    0, or the process died by SIGINT with its temporary folders left). In a process that
+    :func:`watch_signals` watches (the CLI), that handler is off and the watcher stops the
+    search; elsewhere (the library in a user's program) CP-SAT keeps its own."""
+    if _watching == os.getpid():
+        solver.parameters.catch_sigint_signal = False
     _NATIVE.add(solver)
     return solver
+
+
+def watch_signals() -> None:
+    """Start (once a process) a thread that wakes on SIGTERM and SIGINT while the main thread
+    sits in a native solve, where Python runs no handler until it returns, and stops that solve
+    (:func:`interrupt_native`): the handler then runs at once. Call from the main thread. A
+    process forked from this one drops the wakeup pipe, whose watcher lives only here."""
+    global _watching
+    if _watching == os.getpid():        # once a process (the tests call the CLI's main many times)
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    if _watching is None:
+        os.register_at_fork(after_in_child=_drop_wakeup_fd)
+    _watching = os.getpid()
+
+    def watch() -> None:
+        while data := os.read(read_end, 64):
+            if signal.SIGTERM in data or signal.SIGINT in data:
+                interrupt_native()
+    threading.Thread(target=watch, name="pipeplan-signals", daemon=True).start()
+
+
+def _drop_wakeup_fd() -> None:
+    with suppress(ValueError):      # not the child's main thread: nothing was set there
+        signal.set_wakeup_fd(-1)
 
 
 def interrupt_native() -> None:

@@ -298,3 +298,14 @@ def test_a_signal_stops_a_native_cpsat_solve_at_once(tmp_path, sig, status, line
     assert proc.returncode == status, err
     assert err.strip().splitlines()[-1].startswith(line) and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_library_keeps_cp_sat_s_own_ctrl_c():
+    """Only a process whose signals are watched (the CLI) switches CP-SAT's SIGINT handler off:
+    in a user's program, Ctrl-C still stops a solve as CP-SAT does it (with the handler off and
+    no watcher, it would wait for the solve to end)."""
+    from ortools.sat.python import cp_model
+
+    from pipeplan.core import deadline
+    assert deadline._watching != os.getpid()
+    assert deadline.stoppable(cp_model.CpSolver()).parameters.catch_sigint_signal

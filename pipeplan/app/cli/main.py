@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import threading
-from contextlib import suppress
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +24,7 @@ from pipeplan.app.cli.instance import instance_cmd
 from pipeplan.app.cli.multi import multi_app
 from pipeplan.app.cli.rollout import rollout_app
 from pipeplan.core.api import check_limits
-from pipeplan.core.deadline import MODEL_RUN_LIMIT_S, check_stop, interrupt_native, stop, stop_status
+from pipeplan.core.deadline import MODEL_RUN_LIMIT_S, check_stop, stop, stop_status, watch_signals
 from pipeplan.core.errors import InputError, SolverFailure, Terminated, single_line
 from pipeplan.core.io import check_out_folder, check_output, staged_folder
 from pipeplan.core.sizes import WORKER_PROCESS_BYTES, check_memory
@@ -688,40 +687,11 @@ def _exit_terminated(status: int) -> None:
     sys.exit(status)
 
 
-_WATCHING: int | None = None     # the process whose signal watcher runs
-
-
-def _watch_signals() -> None:
-    """A thread that wakes on SIGTERM and SIGINT while the main thread sits in a native solve
-    (where Python runs no handler until it returns) and stops that solve
-    (``core.deadline.interrupt_native``): the handler then runs at once. A process forked from
-    the command drops the wakeup pipe, whose watcher lives only in the parent."""
-    global _WATCHING
-    if _WATCHING == os.getpid():        # once a process (the tests call main many times)
-        return
-    _WATCHING = os.getpid()
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    os.register_at_fork(after_in_child=_drop_wakeup_fd)
-
-    def watch() -> None:
-        while data := os.read(read_end, 64):
-            if signal.SIGTERM in data or signal.SIGINT in data:
-                interrupt_native()
-    threading.Thread(target=watch, name="pipeplan-signals", daemon=True).start()
-
-
-def _drop_wakeup_fd() -> None:
-    with suppress(ValueError):      # not the child's main thread: nothing was set there
-        signal.set_wakeup_fd(-1)
-
-
 def main(argv: list[str] | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate_here(os.getpid()))
         sys.unraisablehook = _quiet_when_dropped(sys.unraisablehook)
-        _watch_signals()
+        watch_signals()
     try:
         status = app(args=argv, standalone_mode=False)
         check_stop()       # a SIGTERM a library swallowed (matplotlib's draw) still ends as one

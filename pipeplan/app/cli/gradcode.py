@@ -177,9 +177,10 @@ def _make_code(scheme, problem, *, seed, tries, decoder, backend, objective, tim
     code = build(scheme, problem.n, problem.s, seed=seed, tries=tries, decoder=decoder, deadline=Deadline(time_limit))
     # a named construction knows n and s only: on an instance whose capacities it breaks, it had
     # been written (place) and run (simulate, train) as if the workers could hold it
-    for _, message in misfits(code, problem)[:1]:
-        raise InputError(source or problem.name, "capacity", f"--scheme {scheme} does not fit: {message} "
-                                                   "(--scheme solver places within the capacities)")
+    faults = misfits(code, problem)
+    if faults:
+        raise InputError(source or problem.name, "capacity", f"--scheme {scheme} does not fit: {faults[0][1]} "
+                                                             "(--scheme solver places within the capacities)")
     return code, None
 
 

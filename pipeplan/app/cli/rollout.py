@@ -469,11 +469,8 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
     etas = _whole_numbers(stalenesses, "--staleness", 0)
     if 0 not in etas:       # each row's speedup is against the on-policy run (staleness 0)
         raise InputError("--staleness", "", f"must include 0, the on-policy baseline of the speedups, got {stalenesses!r}")
-    if max(etas) > rounds - 1:      # as simulate and compare: a bound past the rounds had run as rounds - 1
-        raise InputError("--staleness", "", f"{max(etas)} weight versions, but --rounds {rounds}: "
-                                            f"at most --rounds - 1 = {rounds - 1}")
-    for w in names:
-        preset_round(w, R, rounds=rounds)        # bad presets, R < U fail before any work
+    for w in names:     # bad presets, R < U, and a staleness past --rounds - 1 (it had run) fail before any work
+        _check_policy_options(preset_round(w, R, rounds=rounds), FRONTIER_DEFAULT, max(etas))
     command = command_text("pipeplan rollout async")
     check_out_folder(out)
     with _progress("async") as progress:

@@ -513,7 +513,6 @@ def _nsga2(codec: JointCodec, scorer: JointScorer, initial: np.ndarray, pop_size
     from pymoo.core.repair import Repair
     from pymoo.operators.crossover.pntx import TwoPointCrossover
 
-
     class JointMOP(Problem):
         def _evaluate(self, X, out, *args, **kwargs):
             scores = []

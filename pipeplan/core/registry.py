@@ -140,6 +140,26 @@ def register(kind: str, name: str, *, exact: bool = False, description: str = ""
     return deco
 
 
+# A system's check of a warm start, ``func(problem, value) -> what the solver is given`` (an
+# InputError for a value it refuses), registered by that system's solver modules with
+# :func:`warm_start_check`; ``pipeplan.solve`` applies it before the solver runs.
+_WARM_START_CHECKS: dict[str, Callable] = {}
+
+
+def warm_start_check(kind: str):
+    def deco(func: Callable) -> Callable:
+        _WARM_START_CHECKS[kind] = func
+        return func
+    return deco
+
+
+def checked_warm_start(problem, value):
+    """``value`` as the solver gets it, after ``problem.kind``'s check (solvers loaded first)."""
+    _load(problem.kind)
+    check = _WARM_START_CHECKS.get(problem.kind)
+    return value if value is None or check is None else check(problem, value)
+
+
 def _load(kind: str) -> None:
     if kind in _loaded:
         return

@@ -4,17 +4,39 @@ and CP-SAT's plan when time runs out, NSGA-II's initial population, and the refe
 hypervolume comparisons. Every step checks the deadline it is given."""
 from __future__ import annotations
 
+from typing import Any
+
 from pipeplan.core.deadline import Deadline, OutOfTime
+from pipeplan.core.errors import InputError, brief_value
+from pipeplan.core.registry import warm_start_check
 from pipeplan.core.vocabulary import mapping_key
+from pipeplan.formulations.mapping.checker import violations
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.pareto import single_pu_plans
-from pipeplan.formulations.mapping.plan import Plan
+from pipeplan.formulations.mapping.plan import Plan, plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.solvers.mapping.heft import heft_plan
 from pipeplan.solvers.mapping.pipeline_dp import pipeline_plan
 from pipeplan.solvers.mapping.single import fastest_pu_plan, single_plan
 
 HEURISTICS = ("pipeline-dp", "heft", "single")     # ties between their plans go to the first
+
+
+@warm_start_check("mapping")
+def checked_plan(problem: MappingProblem, plan: Any) -> Plan:
+    """A mapping solver's ``warm_start``: a Plan of ``problem`` that breaks none of its rules, or
+    such a plan as a dictionary (a result's ``plan``); otherwise InputError. ``pipeplan.solve``
+    calls it before the solver runs: a wrong object, ``result.plan`` among them, had ended as an
+    error result naming an AttributeError from inside the solver."""
+    if isinstance(plan, dict):
+        plan = plan_from_dict(plan, "warm_start")
+    if not isinstance(plan, Plan):
+        raise InputError("warm_start", "", f"expected a Plan of {problem.name}, got {brief_value(plan)}")
+    bad = violations(problem, plan)
+    if bad:
+        raise InputError("warm_start", "", f"not a valid plan of {problem.name} ({len(bad)} broken rules; "
+                         f"first: {bad[0]})")
+    return plan
 
 
 def within_stages(plan: Plan | None, max_stages: int | None) -> Plan | None:

@@ -179,3 +179,28 @@ def test_a_numpy_scalar_parameter_is_its_number(solver, params):
     result = pipeplan.solve(load_mapping("khadas-vim3/Alex"), solver, time_limit=10, **params)
     assert result.termination.value != "error", result.message
     assert result.plan is not None
+
+
+@pytest.mark.parametrize("given, says", [(5, "expected a Plan"), ({"stages": 5}, "stages"),
+                                         ("other network", "not a valid plan")])
+def test_a_warm_start_is_a_plan_of_the_problem(given, says):
+    """Found by a hostile-input audit: a wrong warm start ended as an error result naming an
+    AttributeError from inside the solver. It is refused before the solver runs."""
+    from pipeplan.instances.catalog import load_mapping
+    alex = load_mapping("khadas-vim3/Alex")
+    if given == "other network":
+        given = pipeplan.solve(load_mapping("khadas-vim3/Google"), "heft").plan
+    with pytest.raises(InputError) as info:
+        pipeplan.solve(alex, "cpsat", time_limit=5, warm_start=given)
+    assert info.value.source == "warm_start" and says in str(info.value)
+
+
+def test_a_result_plan_is_a_warm_start():
+    """``result.plan`` (a dictionary) is taken as a warm start, as the CLI takes a plan file:
+    it had failed inside the solver. The exact solver still proves its optimum from it."""
+    from pipeplan.instances.catalog import load_mapping
+    alex = load_mapping("khadas-vim3/Alex")
+    start = pipeplan.solve(alex, "heft").plan
+    result = pipeplan.solve(alex, "cpsat", time_limit=30, warm_start=start)
+    assert result.termination.value == "optimal", result.message
+    assert result.objectives["period_ms"] <= pipeplan.solve(alex, "heft").objectives["period_ms"] + 1e-9

@@ -56,7 +56,7 @@ def test_sigterm_during_a_staged_study_leaves_no_stage_folder(tmp_path):
     _wait_for(lambda: any(tmp_path.glob(".pp-stage-*")), proc)
     status, err = _terminate(proc)
     assert status == 143
-    assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (its temporary files are removed)"
+    assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (nothing half-written is left)"
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a stage folder or a partial --out was left"
 
@@ -68,7 +68,7 @@ def test_sigterm_during_a_bench_stops_its_runs_and_keeps_the_finished_records(tm
     _wait_for(lambda: runs.exists() and runs.read_text().count("\n") >= 1, proc)
     status, err = _terminate(proc)
     assert status == 143
-    assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (its temporary files are removed)"
+    assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (nothing half-written is left)"
     assert "Traceback" not in err
     assert not [p for p in out.rglob("*") if p.name.startswith(".pp-")], "a temporary file was left"
     # every record kept is a whole line (a rerun resumes from them)
@@ -225,7 +225,7 @@ def test_sigterm_stops_profile_inside_onnx_runtime(tmp_path):
     started = time.monotonic()
     status, err = _terminate(proc)
     assert status == 143 and time.monotonic() - started < 15, err
-    assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (its temporary files are removed)"
+    assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (nothing half-written is left)"
     assert not (tmp_path / "p.json").exists()
 
 
@@ -275,7 +275,7 @@ def test_a_command_that_swallowed_sigterm_still_exits_143_with_one_line(tmp_path
     proc = _spawn(["-c", SWALLOWING_COMMAND, "swallow", *(["--fail"] if fail else [])], tmp_path)
     out, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 143, err
-    assert err.strip().splitlines() == ["error: terminated by SIGTERM (its temporary files are removed)"]
+    assert err.strip().splitlines() == ["error: terminated by SIGTERM (nothing half-written is left)"]
 
 
 @pytest.mark.parametrize("sig, status, line", [(signal.SIGTERM, 143, "error: terminated by SIGTERM"),

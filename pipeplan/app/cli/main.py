@@ -683,7 +683,7 @@ def _quiet_when_dropped(default):
 
 
 def _exit_terminated(status: int) -> None:
-    typer.echo("error: terminated by SIGTERM (its temporary files are removed)", err=True)
+    typer.echo("error: terminated by SIGTERM (nothing half-written is left)", err=True)
     sys.exit(status)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import check_fields, finite_number, has_control_characters
+from pipeplan.core.io import check_fields, check_name, finite_number
 from pipeplan.core.result import check_result_fields
 from pipeplan.formulations.gradcode.problem import MAX_SIZE
 
@@ -235,9 +235,7 @@ def code_from_dict(d: dict, source: str = "code") -> GradientCode:
                                               "partition each worker computes in each step)" if pipelined else
                                               "false, but the code has a schedule (which makes it pipelined: each worker "
                                               "computes one partition a step)")
-    scheme, meta = d.get("scheme", "custom"), d.get("meta", {})
-    if not isinstance(scheme, str) or has_control_characters(scheme):
-        raise InputError(source, "scheme", f"expected text without control characters, got {scheme!r}")
+    scheme, meta = check_name(d.get("scheme", "custom"), source, "scheme"), d.get("meta", {})
     if not isinstance(meta, dict):            # 5, "ab" and [1, 2] had been tracebacks from dict(...)
         raise InputError(source, "meta", f"expected an object, got {meta!r}")
     return GradientCode(scheme=scheme, s=s, support=support, B=B, decoder=decoder,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import check_fields, finite_number, has_control_characters
+from pipeplan.core.io import check_fields, check_name, finite_number
 from pipeplan.formulations.gradcode.straggler import MAX_SECONDS, StragglerModel, model_from_dict
 
 SCHEMA = "pipeplan.gradcode-problem/1"
@@ -163,9 +163,7 @@ def problem_from_dict(d: dict, source: str = "problem") -> GradCodeProblem:
             raise InputError(source, key, "expected a list")
         return tuple(v)
     n_ok = n if isinstance(n, int) and 0 < n <= MAX_SIZE else 0
-    name = d.get("name", source)
-    if not isinstance(name, str) or has_control_characters(name):
-        raise InputError(source, "name", f"expected text without control characters, got {name!r}")
+    name = check_name(d["name"], source, "name") if "name" in d else source
     return GradCodeProblem(
         name=name, n=n, s=s, k=d.get("k", n),
         speeds=seq("speeds", [1.0] * n_ok), straggle_prob=seq("straggle_prob", [0.2] * n_ok),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import check_fields, exists_safely, has_control_characters, inside_folder, load_json
+from pipeplan.core.io import check_fields, check_name, exists_safely, inside_folder, load_json
 from pipeplan.formulations.mapping.graph_limits import check_graph_size
 from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
 from pipeplan.formulations.mapping.profile import SCHEMA as PROFILE_SCHEMA
@@ -44,8 +44,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
     for i, u in enumerate(units_raw):
         if not isinstance(u, dict) or not isinstance(u.get("name"), str):
             raise InputError(source, f"graph.units[{i}].name", "missing unit name")
-        if has_control_characters(u["name"]):      # printed in tables, plans and error lines
-            raise InputError(source, f"graph.units[{i}].name", f"control characters in {brief_value(u['name'])}")
+        check_name(u["name"], source, f"graph.units[{i}].name", capped=False)   # printed in tables, plans and errors
         check_fields(u, UNIT_FIELDS, source, f"graph.units[{i}]")
         members = u.get("members", [])
         if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
@@ -80,9 +79,7 @@ def problem_from_dict(doc: Any, source: str, base: Path | None = None, *, truste
         profile = load_profile(path)
     else:
         profile = profile_from_dict(prof, f"{source}:profile")
-    name = doc.get("name", Path(source).stem)
-    if not isinstance(name, str) or has_control_characters(name):     # null had become the name "None"
-        raise InputError(source, "name", f"expected text without control characters, got {brief_value(name)}")
+    name = check_name(doc["name"], source, "name") if "name" in doc else Path(source).stem   # null had been "None"
     return MappingProblem(name=name, units=tuple(units),
                           edges=tuple(edges), profile=profile, source=source)
 

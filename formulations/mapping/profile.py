@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import check_fields, finite_number, has_control_characters, key_as_field, load_json
+from pipeplan.core.io import check_fields, check_name, finite_number, has_control_characters, key_as_field, load_json
 from pipeplan.formulations.mapping.graph_limits import check_graph_size
 
 SCHEMA = "pipeplan.profile/1"
@@ -360,12 +360,10 @@ class Reader:
             raise self.fail(fld, f"expected a non-empty string, got {value!r}")
         return value
 
-    def name(self, value: Any, fld: str) -> str:
+    def name(self, value: Any, fld: str, *, capped: bool = True) -> str:
         """A non-empty name without control characters, as other names are (a PU's ``kind``, a
         runtime's ``provider``: printed in messages and written into exports)."""
-        if not isinstance(value, str) or not value or has_control_characters(value):
-            raise self.fail(fld, f"expected a non-empty name without control characters, got {brief_value(value)}")
-        return value
+        return check_name(value, self.source, fld, capped=capped)
 
 
 MAX_PU_NAME = 64
@@ -423,7 +421,7 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
     if len(set(units)) != len(units):
         raise r.fail("units", "duplicate unit names")
     for i, u in enumerate(units):
-        r.name(u, f"units[{i}]")
+        r.name(u, f"units[{i}]", capped=False)
 
     def table(key: str, required_all: bool) -> dict[str, dict[str, tuple]]:
         raw = r.obj(r.get(doc, key, "") if required_all else doc.get(key, {}), key)

@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import check_fields, has_control_characters
+from pipeplan.core.io import check_fields, check_name
 from pipeplan.core.sizes import check_memory
 
 PROBLEM_SCHEMA = "pipeplan.rollout/1"
@@ -415,9 +415,7 @@ def problem_from_dict(doc: dict[str, Any], source: str) -> RolloutProblem:
     if not isinstance(responses, list) or not all(isinstance(r, list) for r in responses):
         raise InputError(source, "response_tokens", "expected a list of lists (one per group)")
     check_memory(f"{source}: response_tokens", sum(map(len, responses)), BYTES_PER_REQUEST)   # before the round is built
-    name = doc.get("name", source)      # false had become the file's path
-    if not isinstance(name, str) or not name or has_control_characters(name):   # as a mapping or gradcode problem's
-        raise InputError(source, "name", f"expected text without control characters, got {brief_value(name)}")
+    name = check_name(doc["name"], source, "name") if "name" in doc else source   # false had become the file's path
     meta = doc.get("meta", {})
     if not isinstance(meta, dict):      # 5 had been accepted and written back
         raise InputError(source, "meta", f"expected an object, got {brief_value(meta)}")

@@ -290,6 +290,25 @@ def has_control_characters(text: str) -> bool:
         or "\u2028" in text or "\u2029" in text
 
 
+# A name a user gives (an instance's, a network's, a profile's, a code's scheme) is printed in
+# tables and headings and may become a folder name: at most what one file name holds (255 bytes
+# on ext4, APFS and NTFS alike). A 10 MB rollout name had been printed whole.
+MAX_NAME_BYTES = 255
+
+
+def check_name(value: Any, source: str, field: str, *, capped: bool = True) -> str:
+    """``value`` as a name: non-empty text without control characters (:func:`has_control_characters`)
+    and, when ``capped``, of at most ``MAX_NAME_BYTES`` bytes in UTF-8; otherwise an InputError
+    naming ``source`` and ``field``. Unit names are not capped: they are ONNX node names, which
+    no limit of ours binds, and are never a file name."""
+    if isinstance(value, str) and value and not has_control_characters(value):
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size <= MAX_NAME_BYTES or not capped:
+            return value
+        raise InputError(source, field, f"a name of at most {MAX_NAME_BYTES} bytes, got {size:,}")
+    raise InputError(source, field, f"expected a non-empty name without control characters, got {brief_value(value)}")
+
+
 def name_number(digits: str, most: int, source: str, field: str) -> int:
     """A whole number written in a catalogue name (ASCII digits), at most ``most``: compared as
     text first, so thousands of digits (past Python's limit for int()) are refused unread."""
@@ -357,15 +376,48 @@ MARKER_TEXT = ("This folder was written by pipeplan: its commands may replace th
                "(reports, tables, plots); files of other names are never touched.\n")
 
 
-def check_out_folder(out: str | Path, *, ours: tuple[str, ...] = (), option: str = "--out") -> Path:
+def check_out_folder(out: str | Path, *, ours: tuple[str, ...] = (), option: str = "--out",
+                     writes: tuple[str, ...] = ()) -> Path:
     """Refuse an existing ``out`` folder that pipeplan did not write, before anything is written:
     ``out`` must be new, empty, hold ``OUT_MARKER`` or a file named in ``ours`` (what makes it
     recognisably the command's own from before the marker: a bench folder's runs.jsonl). A folder
     of the user's own (their report.md, suite.json, summary.csv) had been overwritten in place.
-    Also every check of :func:`check_output` (a link, a file, a device as ``out``)."""
+    Also every check of :func:`check_output` (a link, a file, a device as ``out``).
+
+    ``writes``: the files a command will stage into ``out`` (:func:`staged_folder`), checked
+    now as the commit checks them (no link, no folder, nothing under a linked folder), and the
+    folder the stage goes in must take a new folder: a study had found a link among its outputs
+    or a read-only parent only when it committed, after minutes of work."""
     out = check_output(out, folder=True)
+    if writes:
+        _check_stage_possible(out)
     if not os.path.lexists(out):
         return out
+    checked = _checked_marker(out, ours, option)
+    for name in writes:
+        _check_inside(out, out / name)
+    return checked
+
+
+def _stage_anchor(out: Path) -> Path:
+    """The folder a stage for ``out`` goes in: the nearest existing folder above it (the same
+    file system, so the commit is a rename)."""
+    anchor = out.parent
+    while not anchor.exists():
+        anchor = anchor.parent
+    return anchor
+
+
+def _check_stage_possible(out: Path) -> None:
+    anchor = _stage_anchor(out)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".pp-stage-", dir=anchor))
+    except OSError as exc:
+        raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
+
+
+def _checked_marker(out: Path, ours: tuple[str, ...], option: str) -> Path:
+    """``out`` (which exists) when it is pipeplan's: new-empty, marked, or holding one of ``ours``."""
     for name in (OUT_MARKER, *ours):
         try:
             mode = os.lstat(out / name).st_mode
@@ -439,7 +491,8 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 
 @contextmanager
-def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool = True) -> Iterator[Path]:
+def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool = True,
+                  writes: tuple[str, ...] = ()) -> Iterator[Path]:
     """A temporary folder beside ``out`` for a command that writes several files: they are moved
     into ``out`` (created if needed) only when the block ends without an error, so a failure
     midway leaves ``out`` as it was (and creates nothing). Files already in ``out`` that the
@@ -447,16 +500,15 @@ def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool =
     (and must stay inside ``out``) before the first file moves. ``marked`` (every ``--out``
     folder): ``out`` must first pass :func:`check_out_folder` (``ours`` as there), and
     ``OUT_MARKER`` moves in with the files; ``marked=False`` only where the user names a folder
-    to update by design (``import-khadas --repo``).
+    to update by design (``import-khadas --repo``). ``writes``: as for :func:`check_out_folder`,
+    for a command that makes its stage before its work.
 
     The commit is as atomic as the file system allows: a new ``out`` is the stage folder renamed
     once; into an existing ``out`` the files move one by one, each file it replaces hard-linked
     (or copied) aside first, and a failure (or a signal) partway moves every replaced file back
     and removes the files and folders this commit created, so ``out`` is as it was."""
-    out = check_out_folder(out, ours=ours) if marked else check_output(out, folder=True)
-    anchor = out.parent
-    while not anchor.exists():         # stage in the nearest existing folder: same file system
-        anchor = anchor.parent
+    out = check_out_folder(out, ours=ours, writes=writes) if marked else check_output(out, folder=True)
+    anchor = _stage_anchor(out)
     try:
         stage = Path(tempfile.mkdtemp(prefix=".pp-stage-", dir=anchor))
     except OSError as exc:

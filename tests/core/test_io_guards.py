@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pipeplan.core.errors import InputError
 from pipeplan.core.io import (
     OUT_MARKER,
+    check_out_folder,
     check_output,
     load_json,
     load_toml,
@@ -219,6 +220,47 @@ def test_staged_folder_never_writes_through_a_linked_subfolder(tmp_path):
             (stage / "plots" / "a.png").write_bytes(b"png")
     assert list(elsewhere.iterdir()) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # stage removed
+
+
+def test_the_files_a_command_will_write_are_checked_before_its_work(tmp_path):
+    """Found by a hostile-input audit: the studies checked a linked output inside their marked
+    folder, and a place where no stage can be made, only when they committed, after their
+    work (8-36 s). ``check_out_folder(writes=...)`` checks both up front."""
+    out, theirs = tmp_path / "out", tmp_path / "theirs.md"
+    out.mkdir()
+    (out / OUT_MARKER).write_text("")
+    theirs.write_text("theirs")
+    (out / "sweep.md").symlink_to(theirs)
+    assert check_out_folder(out) == out            # without the names, the link is found at the commit
+    with pytest.raises(InputError, match="symbolic link") as info:
+        check_out_folder(out, writes=("sweep.csv", "sweep.md"))
+    assert info.value.source == str(out / "sweep.md")
+    with pytest.raises(InputError, match="cannot write"):
+        check_out_folder("/proc/pipeplan/out", writes=("sweep.md",))
+    assert theirs.read_text() == "theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "theirs.md"]     # the probe left nothing
+
+
+def test_a_study_refuses_its_outputs_before_it_runs(tmp_path, monkeypatch):
+    """`rollout sweep` into a marked folder whose sweep.md is a link: refused before the sweep
+    runs (it had run it first, then refused at the commit)."""
+    from typer.testing import CliRunner
+
+    from pipeplan.app.cli.main import app
+    from pipeplan.app.studies import rollout as studies
+
+    def must_not_run(**_):
+        raise AssertionError("the sweep ran before its outputs were checked")
+    monkeypatch.setattr(studies, "sweep", must_not_run)
+    out, theirs = tmp_path / "out", tmp_path / "theirs.md"
+    out.mkdir()
+    (out / OUT_MARKER).write_text("")
+    theirs.write_text("theirs")
+    (out / "sweep.md").symlink_to(theirs)
+    result = CliRunner().invoke(app, ["rollout", "sweep", "--R", "4", "--rhos", "1", "--engines", "linear",
+                                      "--out", str(out)])
+    assert isinstance(result.exception, InputError), result.exception
+    assert "symbolic link" in str(result.exception) and theirs.read_text() == "theirs"
 
 
 def test_check_output_accepts_new_and_regular_files(tmp_path):

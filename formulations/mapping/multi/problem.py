@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import check_fields, finite_number, has_control_characters
+from pipeplan.core.io import check_fields, check_name, finite_number
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import plan_from_assignment
 from pipeplan.formulations.mapping.problem import MappingProblem
@@ -242,10 +242,8 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
         inst = d.get("instance")
         if not isinstance(inst, str) or not inst:
             raise InputError(source, f"{fld}.instance", "expected an instance name or file")
-        name = d.get("name", inst.rsplit("/", 1)[-1].removesuffix(".json"))
-        if not isinstance(name, str) or has_control_characters(name):
-            # an ESC or a newline had been printed raw in multi export's and run's lines
-            raise InputError(source, f"{fld}.name", "expected a string without control characters")
+        # an ESC or a newline had been printed raw in multi export's and run's lines
+        name = check_name(d.get("name", inst.rsplit("/", 1)[-1].removesuffix(".json")), source, f"{fld}.name")
         model = d.get("model", "")
         if not isinstance(model, str):
             raise InputError(source, f"{fld}.model", "expected a model of the onnx wheel or an ONNX file name")
@@ -254,9 +252,7 @@ def multi_problem_from_dict(doc: Any, source: str, load: Callable[[str, str], Ma
                                 latency_ms=d.get("latency_ms"), min_fps=d.get("min_fps"),
                                 reference_fps=d.get("reference_fps"), instance=inst, model=model))
     sharing = doc.get("sharing", "time_shared")
-    name = doc.get("name", "")
-    if not isinstance(name, str) or not name or has_control_characters(name):
-        raise InputError(source, "name", "expected a non-empty string without control characters")
+    name = check_name(doc.get("name", ""), source, "name")
     return MultiProblem(name=name, networks=tuple(networks), sharing=sharing, source=source)
 
 

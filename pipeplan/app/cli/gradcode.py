@@ -476,7 +476,8 @@ def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out", help="
         raise InputError("--steps", "", f"at most {MAX_STUDY_STEPS:,} training steps per run, got {steps:,} (a run "
                          "trains about 1,000 steps a second, and the study makes 8 runs with --quick, 192 without)")
     check_limits(time_limit)
-    with staged_folder(out) as stage, _progress("gradcode study") as progress:
+    with staged_folder(out, writes=("training.csv", "ratios.csv", "assignment.csv", "report.md")) as stage, \
+            _progress("gradcode study") as progress:
         md = run_study(stage, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress,
                        command=command_text("pipeplan gradcode study"))
     typer.echo(md)

@@ -143,7 +143,7 @@ def study_cmd(out: Path = typer.Option(Path("results/multi"), "--out", help="fol
     from pipeplan.core.io import staged_folder
 
     check_limits(time_limit, threads, seed=seed)
-    with staged_folder(out) as stage, _progress("multi study") as progress:
+    with staged_folder(out, writes=("runs.csv", "fronts.csv", "summary.md")) as stage, _progress("multi study") as progress:
         md = study(stage, time_limit=time_limit, threads=threads, seed=seed, rays=rays,
                    command=command_text("pipeplan multi study"), progress=progress)
     typer.echo(md, nl=False)

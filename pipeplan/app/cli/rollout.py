@@ -243,7 +243,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
         raise InputError("--offline", "", "the offline optimum plans one round; drop --offline or --rounds")
     _check_policy_options(problem, frontier, staleness)
     if out is not None:
-        check_out_folder(out)
+        check_out_folder(out, writes=("compare.md", "compare.csv"))
     with _progress(f"compare {problem.name}"):
         results = solve_all(problem, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier,
                             staleness=staleness)
@@ -368,7 +368,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
     _check_rhos([base], values)     # bad presets and R < U fail here too
     _check_policy_options(base, frontier, 0)       # as compare: F_w = 33 at R = 32 had run
     command = command_text("pipeplan rollout sweep")
-    check_out_folder(out)
+    check_out_folder(out, writes=("sweep.csv", "sweep.md", "regime.png"))
     with _progress("sweep") as progress:
         rows = sweep(workload=workload, R=R, seed=seed, rhos=values, engines=kinds, time_limit=time_limit,
                      threads=threads, frontier=frontier, progress=progress)
@@ -405,7 +405,7 @@ def reproduce_cmd(seeds: int = typer.Option(REPRO_SEEDS, "--seeds", min=1, max=M
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates
     _check_policy_options(sample, frontier, 0)     # its smallest R, 32: F_w = 33 had run
     command = command_text("pipeplan rollout reproduce")
-    check_out_folder(out)
+    check_out_folder(out, writes=("reproduction.md", "reproduction.csv", "gantt_sync.png", "gantt_cgp-fgd.png"))
     with _progress("reproduce") as progress:
         records = reproduce(seeds=seeds, max_response=max_response, jitter=jitter, frontier=frontier, progress=progress)
         sens = sensitivity_rows(seeds=seeds, frontier=frontier) if sensitivity else None
@@ -440,7 +440,7 @@ def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "s
     for w in names:
         preset_round(w, 32)                      # unknown presets fail before any work
     command = command_text("pipeplan rollout frontier")
-    check_out_folder(out)
+    check_out_folder(out, writes=("fgd_frontier.md", "fgd_frontier.csv", "fgd_frontier.png"))
     with _progress("frontier") as progress:
         rows = frontier_study(workloads=names, seeds=seeds, progress=progress)
     md = frontier_markdown(rows, command, seeds)
@@ -472,7 +472,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
     for w in names:     # bad presets, R < U, and a staleness past --rounds - 1 (it had run) fail before any work
         _check_policy_options(preset_round(w, R, rounds=rounds), FRONTIER_DEFAULT, max(etas))
     command = command_text("pipeplan rollout async")
-    check_out_folder(out)
+    check_out_folder(out, writes=("async.md", "async.csv", "async.png"))
     with _progress("async") as progress:
         rows = async_study(workloads=names, R=R, rounds=rounds, stalenesses=etas, seeds=seeds, progress=progress)
     md = async_markdown(rows, command)
@@ -494,7 +494,7 @@ def explain_r32_cmd(seeds: int = typer.Option(REPRO_SEEDS, "--seeds", min=1, max
     from pipeplan.core.tables import csv_text
 
     command = command_text("pipeplan rollout explain-r32")
-    check_out_folder(out)
+    check_out_folder(out, writes=("r32_miss.md", "r32_miss.csv"))
     with _progress("explain-r32") as progress:
         rows = explain_r32(seeds=seeds, progress=progress)
     md = r32_markdown(rows, command)
@@ -516,6 +516,7 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
     """Where FGD matters: FGD, CGP, the engines' retract rules and the oracle policies over KV
     pressure x length tail x replicas x R x asynchrony, against the best schedule found and the
     best bound; writes fgd_regimes.md/.csv and three plots (about 6 min on 2 cores)."""
+    from pipeplan.app.studies.rollout_regimes import FILES as REGIME_FILES
     from pipeplan.app.studies.rollout_regimes import regime_map, write_regimes
     from pipeplan.core.registry import get_solver
     from pipeplan.formulations.rollout.workloads import preset_round
@@ -527,7 +528,7 @@ def regimes_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKL
     # refused in a worker, whose error hung the pool)
     get_solver("rollout", "fgd-soft").check_params({"frontier": frontier}, "--frontier")
     command = command_text("pipeplan rollout regimes")
-    check_out_folder(out)
+    check_out_folder(out, writes=REGIME_FILES)
     with _progress("regimes") as progress:
         rows = regime_map(workload=workload, seeds=seeds, cpsat_seeds=1 if cpsat_time_limit > 0 else 0,
                           cpsat_time_limit=cpsat_time_limit or 10.0, frontier=frontier, workers=jobs,
@@ -579,7 +580,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     bound_Rs = _whole_numbers(bound_rs, "--bound-rs", 1)
     kinds = _engines(engines)
     command = command_text("pipeplan rollout optimum-gaps")
-    check_out_folder(out)
+    check_out_folder(out, writes=("optimum_gaps.md", "optimum_gaps.csv"))
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
                             rhos=values, engines=kinds, Rs=tuple(Rs), bound_Rs=tuple(bound_Rs), branch_time=branch_time,

@@ -492,7 +492,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 @contextmanager
 def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool = True,
-                  writes: tuple[str, ...] = ()) -> Iterator[Path]:
+                  writes: tuple[str, ...] = (), logs: tuple[str, ...] = ()) -> Iterator[Path]:
     """A temporary folder beside ``out`` for a command that writes several files: they are moved
     into ``out`` (created if needed) only when the block ends without an error, so a failure
     midway leaves ``out`` as it was (and creates nothing). Files already in ``out`` that the
@@ -501,7 +501,9 @@ def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool =
     folder): ``out`` must first pass :func:`check_out_folder` (``ours`` as there), and
     ``OUT_MARKER`` moves in with the files; ``marked=False`` only where the user names a folder
     to update by design (``import-khadas --repo``). ``writes``: as for :func:`check_out_folder`,
-    for a command that makes its stage before its work.
+    for a command that makes its stage before its work. ``logs``: names of the command's own
+    tables in ``out`` that it read and now replaces (``write_atomic``'s ``log``), not inputs
+    it must leave alone.
 
     The commit is as atomic as the file system allows: a new ``out`` is the stage folder renamed
     once; into an existing ``out`` the files move one by one, each file it replaces hard-linked
@@ -520,7 +522,7 @@ def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool =
         files = sorted(p for p in stage.rglob("*") if p.is_file())
         moves = [(src, out / src.relative_to(stage)) for src in files]
         for _, dst in moves:
-            _check_inside(out, dst)
+            _check_inside(out, dst, log=dst.parent == out and dst.name in logs)
         check_stop()        # a SIGTERM swallowed while the files were made (matplotlib's) commits nothing
         try:
             if os.path.lexists(out):
@@ -632,9 +634,9 @@ def _undo(done: list[tuple[Path, Path | None]], created: list[Path]) -> list[Pat
     return lost
 
 
-def _check_inside(out: Path, dst: Path) -> None:
+def _check_inside(out: Path, dst: Path, *, log: bool = False) -> None:
     """``dst`` may not be a link or special file, nor lie under a linked folder inside ``out``."""
-    check_output(dst)
+    check_output(dst, log=log)
     folder = dst.parent
     while folder != out:
         check_output(folder, folder=True)

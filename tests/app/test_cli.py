@@ -203,6 +203,24 @@ def test_optima_checks_the_heuristics_table_it_merges_into_before_solving(tmp_pa
     assert (tmp_path / "optima_heuristics.csv").read_bytes() == content
 
 
+def test_optima_moves_an_instances_three_files_in_together(tmp_path, monkeypatch):
+    """optima.csv, optima_heuristics.csv and optima.md of one instance move in together (found by
+    a hostile-input audit: they were written one after another, so a failure between them, a
+    full disk, left a new optima.csv beside the old report). Here the report fails after both
+    tables are made: the folder is as it was."""
+    from pipeplan.app.studies import optima
+    optima.run_optima(["khadas-vim3/Alex"], tmp_path, time_limit=10, threads=1)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert set(before) == {".pipeplan-out", *optima.FILES}
+
+    def disk_full(*_):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(optima, "optima_markdown", disk_full)
+    with pytest.raises(OSError):       # a new row (the latency optimum) was merged before the failure
+        optima.run_optima(["khadas-vim3/Alex"], tmp_path, objective="latency", time_limit=10, threads=1)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 def _diamond(tmp_path, edit_profile=None, edge_bytes=None):
     good = Path(__file__).resolve().parents[1] / "bad_inputs" / "good"
     profile = json.loads((good / "profile.json").read_text())

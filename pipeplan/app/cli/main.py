@@ -358,6 +358,7 @@ def optima_cmd(instances: str = typer.Option("a311d/*,bst/*", "--instances",
     """Prove (or bound) the optimum of catalogue instances and store it in optima.csv."""
     import fnmatch
 
+    from pipeplan.app.studies.optima import FILES as OPTIMA_FILES
     from pipeplan.app.studies.optima import run_optima
     from pipeplan.instances.catalog import load_mapping, mapping_instance_names, operator_granularity_names
 
@@ -373,9 +374,7 @@ def optima_cmd(instances: str = typer.Option("a311d/*,bst/*", "--instances",
         names += [n for n in matched if n not in names]
     for name in names:
         load_mapping(name)
-    check_out_folder(out)
-    for file in ("optima.csv", "optima.md", "optima_heuristics.csv"):
-        check_output(out / file)
+    check_out_folder(out, writes=OPTIMA_FILES)
     with _progress("optima") as progress:
         rows = run_optima(names, out, objective=objective, time_limit=time_limit, threads=threads,
                           heuristics=heuristics, progress=progress)

@@ -19,11 +19,12 @@ from pathlib import Path
 
 from pipeplan.app.stored_optima import COLUMNS, read_optima
 from pipeplan.core.errors import InputError
-from pipeplan.core.io import load_text, mark_out_folder, write_atomic
+from pipeplan.core.io import load_text, staged_folder, write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 from pipeplan.core.vocabulary import MAPPING_KEYS as AXES
 
 OPTIMA_COLUMNS = COLUMNS
+FILES = ("optima.csv", "optima_heuristics.csv", "optima.md")   # replaced together, per instance
 HEURISTICS = ("single", "heft", "pipeline-dp", "nsga2")
 HEURISTIC_COLUMNS = ("instance", "solver", "period_ms", "latency_ms", "energy_mj", "energy_ss_mj", "ratio", "ratio_to")
 HEURISTIC_PARAMS = {"nsga2": {"max_evaluations": 1500}}
@@ -98,8 +99,9 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
 def run_optima(names: list[str], out: Path, *, objective: str = "period", time_limit: float = 60.0,
                threads: int = 2, heuristics: bool = True, progress=None) -> list[dict]:
     """Solve every instance of ``names`` and merge its row into ``out``/optima.csv (and its
-    heuristics into optima_heuristics.csv) as soon as it is solved, each file rewritten
-    atomically, so an interrupted run keeps what it finished; optima.md follows each time."""
+    heuristics into optima_heuristics.csv) as soon as it is solved, so an interrupted run keeps
+    what it finished; optima.md follows each time. The three files of an instance move in
+    together (``staged_folder``): a failure between them had left them out of step."""
     read_optima(out / "optima.csv")                   # the files merged into: checked before any solve
     read_comparison(out / "optima_heuristics.csv")
     rows = []
@@ -109,18 +111,20 @@ def run_optima(names: list[str], out: Path, *, objective: str = "period", time_l
         row = solve_optimum(name, objective, time_limit=time_limit, threads=threads)
         rows.append(row)
         merged = merge(read_optima(out / "optima.csv"), [row])
-        if i == 0:                # the CLI checked the folder (core.io.check_out_folder) before the solves
-            mark_out_folder(out)
-        write_atomic(out / "optima.csv", csv_text(merged, OPTIMA_COLUMNS, float_format=".10g"), log=True)
-        if heuristics and objective == "period":      # against the tightest row known, this run's or not
+        compared = heuristics and objective == "period"
+        if compared:       # against the tightest row known, this run's or not
             stored = next(r for r in merged if r["instance"] == name and r["objective"] == row["objective"])
-            compared = heuristic_rows(name, stored, time_limit=min(time_limit, 20.0))
-            table = [r for r in read_comparison(out / "optima_heuristics.csv") if r["instance"] != name] + compared
+            table = [r for r in read_comparison(out / "optima_heuristics.csv") if r["instance"] != name]
+            table += heuristic_rows(name, stored, time_limit=min(time_limit, 20.0))
             table.sort(key=lambda r: (r["instance"], HEURISTICS.index(r["solver"])))
-            write_atomic(out / "optima_heuristics.csv", csv_text(table, HEURISTIC_COLUMNS, float_format=".10g"),
-                         log=True)
-        write_atomic(out / "optima.md", optima_markdown(read_optima(out / "optima.csv"),
-                                                        read_comparison(out / "optima_heuristics.csv")), log=True)
+        with staged_folder(out, logs=FILES) as stage:
+            write_atomic(stage / "optima.csv", csv_text(merged, OPTIMA_COLUMNS, float_format=".10g"))
+            if compared:
+                write_atomic(stage / "optima_heuristics.csv", csv_text(table, HEURISTIC_COLUMNS, float_format=".10g"))
+            # read back, so the markdown shows what the tables hold
+            heuristics_csv = (stage if compared else out) / "optima_heuristics.csv"
+            write_atomic(stage / "optima.md", optima_markdown(read_optima(stage / "optima.csv"),
+                                                              read_comparison(heuristics_csv)))
     return rows
 
 

@@ -221,6 +221,23 @@ def test_optima_moves_an_instances_three_files_in_together(tmp_path, monkeypatch
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+def test_the_mapping_study_writes_its_folder(tmp_path):
+    """`pipeplan study` (README) had failed with exit 2 after all its solves, for any --out:
+    energy-efficiency, which it runs into its own stage folder, staged that folder again and
+    found it not pipeplan's (found by a documentation audit; regression of the staged
+    energy-efficiency files). A rerun into the folder it wrote replaces its files."""
+    out = tmp_path / "study"
+    for _ in range(2):
+        proc = run_cli("study", "--instances", "khadas-vim3/SqueezeV1", "--solvers", "single", "--time-limit", "2",
+                       "--threads", "1", "--out", out)
+        assert proc.returncode == 0, proc.stderr
+    names = {p.relative_to(out).as_posix() for p in out.rglob("*")}
+    assert {"README.md", "summary.csv", "energy_efficiency.md", "energy_efficiency.csv",
+            "energy_efficiency_plans.csv", "khadas-vim3__SqueezeV1/compare.md"} <= names
+    assert not [n for n in names if ".pp-" in n]
+    assert "SqueezeV1" in (out / "energy_efficiency.csv").read_text()
+
+
 def _diamond(tmp_path, edit_profile=None, edge_bytes=None):
     good = Path(__file__).resolve().parents[1] / "bad_inputs" / "good"
     profile = json.loads((good / "profile.json").read_text())

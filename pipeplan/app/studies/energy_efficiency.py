@@ -31,6 +31,7 @@ evaluator (``model, measured plans``) separate the model's error from the choice
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import pipeplan
@@ -243,10 +244,11 @@ PLAN_COLUMNS = ("instance", "source", "plan", "mapping", "status", "period_ms", 
 
 
 def energy_efficiency(instances: list[str], out: Path, *, time_limit: float, threads: int, seed: int,
-                      command: str, progress=None) -> list[dict]:
+                      command: str, progress=None, staged: bool = True) -> list[dict]:
     """Solve every instance's plans, write ``out``/energy_efficiency.md, .csv (gains per
     instance, source and definition) and energy_efficiency_plans.csv (every plan); return the
-    gains (``gains_lines`` shows them)."""
+    gains (``gains_lines`` shows them). ``staged=False``: ``out`` is already a stage folder of
+    the calling command (the mapping study's), written into directly."""
     from pipeplan.instances.catalog import load_mapping
 
     rows, static = [], None
@@ -262,9 +264,9 @@ def energy_efficiency(instances: list[str], out: Path, *, time_limit: float, thr
     table = gains(rows)
     # the three files together or none: written one by one, a full disk had left the new CSVs
     # beside the old report (the CLI checked the folder before the solves)
-    with staged_folder(out) as stage:
-        write_atomic(stage / "energy_efficiency.csv", csv_text(table, GAIN_COLUMNS))
-        write_atomic(stage / "energy_efficiency_plans.csv", csv_text(rows, PLAN_COLUMNS))
-        write_atomic(stage / "energy_efficiency.md", energy_efficiency_markdown(rows, table, command=command,
-                                                                                static_mw=static))
+    with staged_folder(out) if staged else nullcontext(out) as folder:
+        write_atomic(folder / "energy_efficiency.csv", csv_text(table, GAIN_COLUMNS))
+        write_atomic(folder / "energy_efficiency_plans.csv", csv_text(rows, PLAN_COLUMNS))
+        write_atomic(folder / "energy_efficiency.md", energy_efficiency_markdown(rows, table, command=command,
+                                                                                 static_mw=static))
     return table

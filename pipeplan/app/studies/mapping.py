@@ -285,7 +285,8 @@ def study(out: Path, *, names: list[str], instances: list[str], time_limit: floa
         row["nsga2_hv_ratio"] = hv.get("nsga2")
         row["nsga2_time_s"] = results["nsga2"].wall_time_s if "nsga2" in results else None
         summary.append(row)
-    effs = energy_efficiency(instances, out, time_limit=time_limit, threads=threads, seed=seed, command=command)
+    effs = energy_efficiency(instances, out, time_limit=time_limit, threads=threads, seed=seed, command=command,
+                             staged=False)      # ``out`` is this command's stage (cli's staged_folder)
     lines = ["# Operator mapping: heuristic vs exact, Pareto fronts, energy efficiency", "",
              f"Made by `{command}` on {platform.machine()} ({platform.python_version()}, {threads} thread(s) "
              f"per solver, {time_limit:g} s limit per solve). One folder per instance: compare.md/csv, "

@@ -28,6 +28,15 @@ def check_limits(time_limit: float | None, threads: int = 1, option: str = "--ti
         check_seed(seed)
 
 
+def _plain(value):
+    """A numpy scalar (np.int64(5) for node_limit or the seed) as the Python number it holds: a
+    parameter had passed the declared check and then failed the solver's own isinstance(int)
+    test inside, and a seed had been refused as no integer."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    return value
+
+
 def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 0,
           threads: int = 1, warm_start=None, **params) -> SolveResult:
     """Solve ``problem`` (any formulation's problem object, with ``kind`` and ``name``) with the
@@ -39,6 +48,7 @@ def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 
     failure becomes a result with termination ``error`` and the message, never an exception.
     ``time_limit``, ``seed`` and ``threads`` reach the solver when it declares them (see
     ``pipeplan.core.registry``); the result's ``params`` records what it was called with."""
+    seed, time_limit, threads = _plain(seed), _plain(time_limit), _plain(threads)
     if seed is None:      # check_limits skips a None seed; the solvers need one (None had failed inside ten)
         raise InputError("--seed", "", f"must be an integer from 0 to {MAX_SEED}, got None")
     check_limits(time_limit, threads, seed=seed)
@@ -47,10 +57,7 @@ def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 
         raise InputError("problem", "", f"expected a problem object (with kind and name), got {brief_value(problem)}")
     if not isinstance(solver, str):
         raise InputError("solver", "", f"expected a solver name, got {brief_value(solver)}")
-    # a numpy scalar (np.int64(5) for node_limit) as the Python number it holds: it had passed
-    # the declared check and then failed the solver's own isinstance(int) test inside
-    params = {k: v.item() if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", 1) == 0
-              else v for k, v in params.items()}
+    params = {k: _plain(v) for k, v in params.items()}
     info = get_solver(problem.kind, solver)
     info.check_params({**params, "warm_start": warm_start})
     warm_start = checked_warm_start(problem, warm_start)

@@ -171,7 +171,8 @@ def test_the_facade_names_a_wrong_problem_or_solver(call, named):
 
 
 @pytest.mark.parametrize("solver, params", [("milp", {"node_limit": np.int64(5)}),
-                                            ("nsga2", {"max_evaluations": np.int64(50)})])
+                                            ("nsga2", {"max_evaluations": np.int64(50)}),
+                                            ("nsga2", {"seed": np.int64(1), "threads": np.int32(1)})])
 def test_a_numpy_scalar_parameter_is_its_number(solver, params):
     """np.int64(5) had passed the declared check, then failed the solver's own test as no int:
     an error result. It is the number it holds."""

@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import pulp
 
+from pipeplan.core.deadline import stoppable_highs
+
 GAP_REL = 1e-7          # HiGHS stops at 1e-4 by default; the optimum must hold to 1e-6
 # HiGHS also stops where the absolute gap is at most this (its mip_abs_gap, given explicitly at
 # its default), CBC at 1e-10 (its allowableGap default): below a value of 10 the absolute gap
@@ -55,6 +57,7 @@ class _HiGHS(pulp.HiGHS):
             cols, vals = zip(*known)
             lp.solverModel.setSolution(len(cols), list(cols), list(vals))
         highs_threads(lp.solverModel, self.threads)
+        stoppable_highs(lp.solverModel)
         super().callSolver(lp)
 
     def findSolutionValues(self, lp):

@@ -300,6 +300,21 @@ def test_a_signal_stops_a_native_cpsat_solve_at_once(tmp_path, sig, status, line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_sigterm_stops_an_in_process_highs_milp(tmp_path):
+    """HiGHS through PuLP in the command's process ignored the signal until its limit (6-9 s in
+    `gradcode study --quick`; at a 1e308 s limit this MILP was still running 150 s after the
+    SIGTERM): highspy honours cancelSolve only with its user interrupt on, which
+    ``core.deadline.stoppable_highs`` turns on for the watcher."""
+    proc = _start("gradcode", "place", "--scheme", "solver", "--solver-backend", "milp", "--instance",
+                  "gradcode/hetero-n24-s2", "--time-limit", "1e308", "--out", tmp_path / "code.json", cwd=tmp_path)
+    began = time.monotonic()
+    _wait_for(lambda: time.monotonic() - began > 8, proc)      # inside the MILP's branch and bound
+    status, err = _terminate(proc)
+    assert status == 143, err
+    assert err.strip().splitlines()[-1] == "error: terminated by SIGTERM (nothing half-written is left)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_the_library_keeps_cp_sat_s_own_ctrl_c():
     """Only a process whose signals are watched (the CLI) switches CP-SAT's SIGINT handler off:
     in a user's program, Ctrl-C still stops a solve as CP-SAT does it (with the handler off and

@@ -22,6 +22,7 @@ import csv
 import io
 import json
 import math
+import numbers
 import os
 import re
 import shutil
@@ -238,9 +239,9 @@ def _csv_fault(text: str, line: int, good_rows: int) -> str:
 
 
 def finite_number(value: Any) -> bool:
-    """A JSON number (not a bool) that fits a float and is finite."""
+    """A real number (a JSON number, a numpy scalar; not a bool) that fits a float and is finite."""
     try:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     except OverflowError:                  # an integer beyond float range
         return False
 

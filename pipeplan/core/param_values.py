@@ -5,11 +5,11 @@ against it before any work; ``tests/core/test_solver_params`` requires an entry 
 parameter a solver declares besides the common options and its ``Literal`` ones."""
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
 from pipeplan.core.errors import InputError, brief_value
+from pipeplan.core.io import finite_number
 from pipeplan.core.vocabulary import MAPPING_AXES, MAPPING_KEYS
 
 
@@ -40,7 +40,7 @@ class Values:
             for key, v in value.items():
                 if not self.any and key not in self.words:
                     return f"takes a table keyed by {', '.join(self.words)}, got key {brief_value(key)}"
-                if not self.any and not _finite(v):
+                if not self.any and not finite_number(v):
                     return f"takes a table of finite numbers, got {key} = {brief_value(v)}"
             return None
         if self.kind == "axes":
@@ -50,7 +50,7 @@ class Values:
             return None
         whole = self.kind == "int"
         if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real) \
-                or not _finite(value) or (self.lo is not None and (value <= self.lo if self.above else value < self.lo)) \
+                or not finite_number(value) or (self.lo is not None and (value <= self.lo if self.above else value < self.lo)) \
                 or (self.hi is not None and value > self.hi):
             return f"takes {self.want()}, got {brief_value(value)}"
         return None
@@ -65,13 +65,6 @@ class Values:
 
 def _num(x: float) -> str:
     return f"{int(x):,}" if x == int(x) and abs(x) >= 1 else f"{x:g}"
-
-
-def _finite(value) -> bool:
-    try:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    except OverflowError:               # an integer beyond float range
-        return False
 
 
 MAX_WHOLE = 10**9    # counts of moves, evaluations, generations, weight versions, groups

@@ -390,14 +390,13 @@ def check_out_folder(out: str | Path, *, ours: tuple[str, ...] = (), option: str
     folder the stage goes in must take a new folder: a study had found a link among its outputs
     or a read-only parent only when it committed, after minutes of work."""
     out = check_output(out, folder=True)
+    if os.path.lexists(out):
+        _check_marker(out, ours, option)
+        for name in writes:
+            _check_inside(out, out / name)
     if writes:
         _check_stage_possible(out)
-    if not os.path.lexists(out):
-        return out
-    checked = _checked_marker(out, ours, option)
-    for name in writes:
-        _check_inside(out, out / name)
-    return checked
+    return out
 
 
 def _stage_anchor(out: Path) -> Path:
@@ -417,8 +416,9 @@ def _check_stage_possible(out: Path) -> None:
         raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
 
 
-def _checked_marker(out: Path, ours: tuple[str, ...], option: str) -> Path:
-    """``out`` (which exists) when it is pipeplan's: new-empty, marked, or holding one of ``ours``."""
+def _check_marker(out: Path, ours: tuple[str, ...], option: str) -> None:
+    """InputError unless ``out`` (which exists) is pipeplan's: empty, marked, or holding one of
+    ``ours``."""
     for name in (OUT_MARKER, *ours):
         try:
             mode = os.lstat(out / name).st_mode
@@ -427,7 +427,7 @@ def _checked_marker(out: Path, ours: tuple[str, ...], option: str) -> Path:
         except OSError as exc:
             raise InputError(str(out), option, f"cannot read the folder ({exc.strerror or exc})") from None
         if stat.S_ISREG(mode):
-            return out
+            return
         if name == OUT_MARKER:      # a link or a folder of that name is no consent
             raise InputError(str(out / name), option, f"is {_kind(mode) if not stat.S_ISLNK(mode) else 'a symbolic link'}, "
                                                       f"not pipeplan's marker file: give a new or empty folder")
@@ -437,7 +437,7 @@ def _checked_marker(out: Path, ours: tuple[str, ...], option: str) -> Path:
     except OSError as exc:
         raise InputError(str(out), option, f"cannot read the folder ({exc.strerror or exc})") from None
     if not first:
-        return out
+        return
     shown = ", ".join(first[:2]) + (", ..." if len(first) > 2 else "")
     raise InputError(str(out), option, f"not a folder pipeplan wrote (it holds {shown} and no {OUT_MARKER}): "
                                        f"give a new or empty folder, or add an empty {OUT_MARKER} to let pipeplan "

@@ -70,6 +70,8 @@ if TYPE_CHECKING:
 
 
 UNCERTIFIED = "optimal in the model's whole units, the certified bound below it by the model's rounding"
+TIGHTENED = ("the model's first plan broke a bound by the evaluator: this is the optimum under the bounds "
+             "tightened by the model's rounding, which left out plans within that rounding of a bound (no proof)")
 
 
 def proof_status(proven: bool, value: float, lower: float) -> tuple[Termination, Quality, str | None]:
@@ -106,13 +108,17 @@ def lexicographic(model: MappingCpModel, objective: str, *, deadline: Deadline, 
     left = None if work_limit is None else work_limit - first.work
     if left is not None and left < MIN_WORK:
         return Lexicographic(first, True, first.bound, first.work, "not run")
-    model.add_upper_bound(objective, first.values[objective])
     try:
         model.hint(first.plan)
     except OutOfTime:
         return Lexicographic(first, True, first.bound, first.work, "not run")
+    # the tie-break searches a copy held at the primary optimum: held in ``model`` itself, that cap
+    # had stayed for the search under tightened bounds that follows a plan breaking one, and hidden
+    # every plan of a longer period (Alex, latency at most 135.53 ms: "no plan" where one exists)
+    held = model.m.Clone()
+    held.Add(held.GetIntVarFromProtoIndex(model.vars[objective].Index()) <= first.values[objective])
     second = model.solve(tie_break, time_limit=deadline.remaining(floor=0.05), seed=seed, threads=threads,
-                         work_limit=left)
+                         work_limit=left, model=held)
     if second.status in ("optimal", "feasible"):
         second.stopped_by = None
         return Lexicographic(second, True, first.bound, first.work + second.work, second.status)
@@ -173,6 +179,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
                                   params=params, tie_break=tie_break, work_limit=work_limit, eps=bounds)
     from pipeplan.solvers.mapping.cpsat_model import MappingCpModel, bound_from_model  # needs ortools
     from pipeplan.solvers.mapping.cpsat_pu_stages import PuStageCpModel
+    tightened = False           # the search under tightened caps ran to its end
     try:
         if shared_pus or problem.is_chain:
             model = MappingCpModel(problem, shared_pus=shared_pus, max_stages=max_stages, deadline=search)
@@ -204,7 +211,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
             outcome = again.outcome
             params["work"] += again.work
             params.pop("tie_break_status", None)
-            proven, bound = False, relaxed_bound
+            proven, bound, tightened = False, relaxed_bound, again.proven
             params["caps"] = "tightened by the rounding slack: the first plan broke a bound"
     except OutOfTime:
         outcome = None
@@ -246,6 +253,8 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
     # optimal in the model's whole microseconds (nanojoules), but a plan the rounding ranks
     # higher may be better by the evaluator: only the certified bound is claimed
     termination, quality, uncertified = proof_status(proven, value, best.value)
+    if tightened:       # no limit stopped it: a search ended, short of a proof
+        termination, uncertified = Termination.COMPLETED, TIGHTENED
     notes = [note, tie_break_note(tie_break, params.get("tie_break_status")) if proven else None, uncertified]
     return scored_result(problem, "cpsat", outcome.plan, objective=objective, termination=termination,
                          quality=quality, bound={key: best.value}, bound_source={key: best.source},

@@ -110,9 +110,15 @@ def test_ray_engine_streams_the_same_records(tmp_path):
     out = tmp_path / "out"
     counts = run_suite(suite_file(tmp_path, body), out, engine="ray", jobs=2)
     assert counts["ran"] == 2 and not ray.is_initialized()
-    records = read_records(out / "runs.jsonl")
-    assert {r["solver"]: r["termination"] for r in records} == {"single": "completed", "pipeline-dp": "completed"}
     assert json.loads((out / "suite.json").read_text())["engine"] == "ray"
+    run_suite(suite_file(tmp_path, body), tmp_path / "local", engine="local", jobs=1)
+
+    def same(path):       # what a run found, without where and how long it ran
+        return {r["solver"]: (r["termination"], r["quality"], r["objectives"], r["front"], r["gap"])
+                for r in read_records(path)}
+    remote = same(out / "runs.jsonl")
+    assert remote == same(tmp_path / "local" / "runs.jsonl")
+    assert {s: v[0] for s, v in remote.items()} == {"single": "completed", "pipeline-dp": "completed"}
 
 
 def test_report_sections_for_gradcode_and_rollout(tmp_path):

@@ -113,15 +113,22 @@ def test_npu_reentry_only_with_two_segments():
 
 
 def test_whole_network_on_the_npu_is_one_graph():
+    """One stage with every block on the NPU is one compiled graph: its blocks cost the fitted
+    share of their profiled sum, beside the input and output stages. The same blocks in two
+    stages are two graphs: no share (one segment of the mapping still, so no re-entry)."""
+    import dataclasses
+
+    from pipeplan.formulations.mapping.plan import Stage
     problem = load_mapping("khadas-vim3/MobileV1")
-    share = problem.profile.whole_graph["N"]
-    whole = evaluate(problem, plan_for(problem, "N" * 14, "serial"))
-    blocks = sum(problem.profile.time(i, "N", "7") for i in range(14))
-    phases = whole.latency_ms - share * blocks
-    assert 0 < phases < 20          # the input and output stages
-    # the same blocks in two stages are two graphs: no discount
-    split = evaluate(problem, plan_for(problem, "N" * 14, "pipelined"))
-    assert split.latency_ms == pytest.approx(whole.latency_ms)   # one stage either way
+    prof = problem.profile
+    one = plan_for(problem, "N" * 14, "serial")
+    blocks = sum(prof.time(i, "N", "7") for i in range(14))
+    phases = prof.input_stage["N"]["7"].time_ms + prof.output_stage["N"]["7"].time_ms
+    assert evaluate(problem, one).latency_ms == pytest.approx(phases + prof.whole_graph["N"] * blocks)
+    names = [u.name for u in problem.units]
+    stages = (Stage(("N",), {"N": tuple(names[:7])}), Stage(("N",), {"N": tuple(names[7:])}))
+    two = dataclasses.replace(one, stages=stages, shared_pus=True, mode="pipelined")
+    assert evaluate(problem, two).latency_ms == pytest.approx(phases + blocks)
 
 
 def test_transfer_slows_with_the_receiving_cpus_level():

@@ -361,8 +361,9 @@ class Reader:
         return value
 
     def name(self, value: Any, fld: str, *, capped: bool = True) -> str:
-        """A non-empty name without control characters, as other names are (a PU's ``kind``, a
-        runtime's ``provider``: printed in messages and written into exports)."""
+        """A non-empty name without control characters, of at most 255 bytes unless not
+        ``capped`` (``core.io.check_name``), as other names are (a PU's ``kind``, a runtime's
+        ``provider``: printed in messages and written into exports; unit names are not capped)."""
         return check_name(value, self.source, fld, capped=capped)
 
 

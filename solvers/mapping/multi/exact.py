@@ -150,8 +150,14 @@ def solve_exact(problem: MultiProblem, solver: str, build: Build, *, objective: 
     z, plan = best
     proven = not open_ and z_lower >= z * (1 - PROOF_TOL)
     msg = f"{closed}/{len(combos)} variant combinations closed; Z = {z:.6g}, lower bound {z_lower:.6g}"
-    return scored_joint_result(problem, solver, plan, objective=objective,
-                               termination=Termination.OPTIMAL if proven else Termination.TIME_LIMIT,
+    if proven:
+        termination = Termination.OPTIMAL
+    elif open_:
+        termination = Termination.TIME_LIMIT
+    else:       # every combination closed, short of a proof only by the model's rounding: no limit stopped it
+        termination, why = Termination.COMPLETED, None
+        msg += f" (the model's rounding leaves the bound more than {PROOF_TOL:g} below the plan)"
+    return scored_joint_result(problem, solver, plan, objective=objective, termination=termination,
                                quality=Quality.PROVEN_OPTIMAL if proven else Quality.FEASIBLE,
                                bound=_objective_bound(objective, min(z_lower, z)),
                                bound_source=f"{solver} joint model", params=info, message=msg,

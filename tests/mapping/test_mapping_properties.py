@@ -42,9 +42,18 @@ def instance_and_plan(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(instance_and_plan())
-def test_checker_agrees_with_evaluator(case):
+def test_checker_agrees_with_the_rules_and_the_evaluator(case):
+    """The checker against the rules written out here, not against itself (the evaluator calls
+    it: a test audit): every unit runs on its PU, no edge goes back a stage, and stages share no
+    PU unless the plan allows it. The evaluator scores exactly the plans the checker passes."""
     problem, plan = case
+    prof, place = problem.profile, plan.placement()
+    feasible = (all(prof.time(problem.index[u], pu, prof.level(pu, "max")) is not None for u, (_, pu) in place.items())
+                and all(place[e.src][0] <= place[e.dst][0] for e in problem.edges)
+                and (plan.shared_pus or len({pu for st in plan.stages for pu in st.pus})
+                     == sum(len(st.pus) for st in plan.stages)))
     problems = violations(problem, plan)
+    assert (problems == []) == feasible, problems
     try:
         evaluate(problem, plan)
         assert not problems

@@ -117,7 +117,6 @@ def test_the_gap_study_reports_the_ceiling_of_a_linear_round_above_its_step_inde
                                 bound_time=2)
     assert r["step_bound_s"] <= r["ceiling_s"] and r["bound_s"] <= r["best_s"] * (1 + 1e-9)
     assert r["ceiling_gap"] == pytest.approx((r["best_s"] - r["ceiling_s"]) / r["best_s"])
-    assert r["refuted_bound_s"] is None or r["refuted_bound_s"] <= r["bound_s"] <= r["best_s"] * (1 + 1e-9)
     # no ceiling where the slow bounds do not run
     fast = rollout_optimum.gap_row(p, workload="sci-jl", R=4, engine="linear", rho="preset", time_limit=None,
                                    threads=1, bound_time=None)

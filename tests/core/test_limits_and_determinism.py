@@ -49,7 +49,9 @@ def test_same_seed_same_plan(system, solver):
 @pytest.mark.solvers()
 def test_time_limit_is_honoured_with_best_plan(system, solver):
     problem = load(system, LARGE[system])
-    limit = 3.0
+    # the joint CP-SAT model proves multi/yolo+mobile in about 3 s since its presolve is off: a
+    # 1 s limit leaves it, and the MILP, open
+    limit = 1.0 if system == "multi" else 3.0
     began = time.perf_counter()
     r = pipeplan.solve(problem, solver, time_limit=limit, seed=0)
     elapsed = time.perf_counter() - began

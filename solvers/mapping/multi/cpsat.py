@@ -161,7 +161,7 @@ class JointCpModel:
         solver.parameters.linearization_level = 2
         # OR-Tools 9.15's presolve misjudges this model, whose objective coefficients reach about
         # 1e12 (FACTOR_UNITS x TICK): it proved 1.1837 optimal on a pair of 2- and 3-unit chains
-        # whose optimum is 1.2780, and was wrong on 11 of 480 random pairs (found by a test
+        # whose optimum is 1.2780, and was wrong in 11 of 240 solves of random pairs (found by a test
         # audit); without it every one matches the brute force, and the measured instances'
         # optima are the same (google+res+squeeze's fairness in 9 s instead of 54 s)
         solver.parameters.cp_model_presolve = False

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeplan.app.cli.rollout import ASYNC_FILES, COMPARE_FILES, SWEEP_FILES
+from pipeplan.core.io import OUT_MARKER
 from tests.cli_helpers import assert_input_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,9 +262,20 @@ def test_async_study_writes_its_files(tmp_path):
     proc = cli("async", "--workloads", "lsat-ar", "--R", "4", "--rounds", "3", "--staleness", "0,1", "--seeds", "1",
                "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert {p.name for p in tmp_path.iterdir()} == {"async.md", "async.csv", "async.png", ".pipeplan-out"}
+    assert {p.name for p in tmp_path.iterdir()} == {*ASYNC_FILES, OUT_MARKER}
     rows = (tmp_path / "async.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 4          # header + 2 KV sizes x 2 staleness bounds x 4 policies
+
+
+@pytest.mark.parametrize("command,files", [(("compare", "rollout/tiny-0", "--policies", "cgp"), COMPARE_FILES),
+                                           (("sweep", "--R", "4", "--rhos", "1", "--engines", "real",
+                                             "--time-limit", "2"), SWEEP_FILES)])
+def test_a_study_writes_the_files_it_checks_before_its_work(tmp_path, command, files):
+    """The names a study checks before its work (check_out_folder's writes) are the files it
+    writes, no more and no fewer: a name missing there would be checked only at the commit."""
+    proc = cli(*command, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {*files, OUT_MARKER}
 
 
 @pytest.mark.parametrize("command", [("sweep", "--R", "4", "--rhos", "1", "--engines", "real"),

@@ -469,14 +469,14 @@ def study_cmd(out: Path = typer.Option(Path("results/gradcode"), "--out", help="
             raise InputError("--models", "", f"unknown model {m!r} ({', '.join(MODELS)})")
     if steps < 10:
         raise InputError("--steps", "", f"need at least 10 steps, got {steps}")
-    from pipeplan.app.studies.gradcode import STUDY_N, STUDY_SCHEMES
+    from pipeplan.app.studies.gradcode import FILES, STUDY_N, STUDY_SCHEMES
     # a setting's runs of every scheme are kept for its plot (the timing study's one at a time)
     check_memory("--steps", steps, len(STUDY_SCHEMES) * (TRAIN_BYTES_PER_STEP + 8 * STUDY_N))
     if steps > MAX_STUDY_STEPS:
         raise InputError("--steps", "", f"at most {MAX_STUDY_STEPS:,} training steps per run, got {steps:,} (a run "
                          "trains about 1,000 steps a second, and the study makes 8 runs with --quick, 192 without)")
     check_limits(time_limit)
-    with staged_folder(out, writes=("training.csv", "ratios.csv", "assignment.csv", "report.md")) as stage, \
+    with staged_folder(out, writes=FILES) as stage, \
             _progress("gradcode study") as progress:
         md = run_study(stage, steps=steps, models=chosen, time_limit=time_limit, quick=quick, progress=progress,
                        command=command_text("pipeplan gradcode study"))

@@ -138,12 +138,12 @@ def study_cmd(out: Path = typer.Option(Path("results/multi"), "--out", help="fol
     """Write results/multi/: exact vs heuristic joint plans and the baselines per instance, the
     goals' ratios, and fronts of one network's rate against the other's."""
     from pipeplan.app.cli.common import command_text
-    from pipeplan.app.studies.multi import study
+    from pipeplan.app.studies.multi import FILES, study
     from pipeplan.core.api import check_limits
     from pipeplan.core.io import staged_folder
 
     check_limits(time_limit, threads, seed=seed)
-    with staged_folder(out, writes=("runs.csv", "fronts.csv", "summary.md")) as stage, _progress("multi study") as progress:
+    with staged_folder(out, writes=FILES) as stage, _progress("multi study") as progress:
         md = study(stage, time_limit=time_limit, threads=threads, seed=seed, rays=rays,
                    command=command_text("pipeplan multi study"), progress=progress)
     typer.echo(md, nl=False)

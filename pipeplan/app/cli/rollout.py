@@ -138,6 +138,17 @@ FRONTIER_DEFAULT = 2
 # rounds drawn per setting of a study: each one runs every policy (0.1-2 s a round), so 1,000
 # is hours of work already; more is a typo, refused before any work rather than run for days
 MAX_STUDY_SEEDS = 1000
+# The files each study writes into --out: checked before its work, listed when it is done.
+COMPARE_FILES = ("compare.md", "compare.csv")
+SWEEP_FILES = ("sweep.csv", "sweep.md", "regime.png")
+REPRO_FILES = ("reproduction.md", "reproduction.csv", "gantt_sync.png", "gantt_cgp-fgd.png")
+FRONTIER_FILES = ("fgd_frontier.md", "fgd_frontier.csv", "fgd_frontier.png")
+ASYNC_FILES = ("async.md", "async.csv", "async.png")
+R32_FILES = ("r32_miss.md", "r32_miss.csv")
+
+
+def _written(out: Path, files: tuple[str, ...]) -> str:
+    return f"\nwritten: {out}/" + ", ".join(files)
 
 
 def _check_policy_options(problem, frontier: int, staleness: int) -> None:
@@ -243,7 +254,7 @@ def compare_cmd(instance: Optional[str] = INSTANCE,
         raise InputError("--offline", "", "the offline optimum plans one round; drop --offline or --rounds")
     _check_policy_options(problem, frontier, staleness)
     if out is not None:
-        check_out_folder(out, writes=("compare.md", "compare.csv"))
+        check_out_folder(out, writes=COMPARE_FILES)
     with _progress(f"compare {problem.name}"):
         results = solve_all(problem, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier,
                             staleness=staleness)
@@ -368,7 +379,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
     _check_rhos([base], values)     # bad presets and R < U fail here too
     _check_policy_options(base, frontier, 0)       # as compare: F_w = 33 at R = 32 had run
     command = command_text("pipeplan rollout sweep")
-    check_out_folder(out, writes=("sweep.csv", "sweep.md", "regime.png"))
+    check_out_folder(out, writes=SWEEP_FILES)
     with _progress("sweep") as progress:
         rows = sweep(workload=workload, R=R, seed=seed, rhos=values, engines=kinds, time_limit=time_limit,
                      threads=threads, frontier=frontier, progress=progress)
@@ -378,7 +389,7 @@ def sweep_cmd(workload: str = typer.Option("lsat-ar", "--workload", help=WORKLOA
         write_atomic(stage / "sweep.csv", csv_text(rows, SWEEP_COLUMNS))
         write_atomic(stage / "sweep.md", md)
         regime_plot(rows, stage / "regime.png", f"regime sweep: {title}")
-    typer.echo(md + f"\nwritten: {out}/sweep.csv, sweep.md, regime.png")
+    typer.echo(md + _written(out, SWEEP_FILES))
 
 
 @rollout_app.command("reproduce")
@@ -405,7 +416,7 @@ def reproduce_cmd(seeds: int = typer.Option(REPRO_SEEDS, "--seeds", min=1, max=M
     sample = preset_round("lsat-ar", 32, max_response_tokens=max_response, jitter_groups=jitter)   # validates
     _check_policy_options(sample, frontier, 0)     # its smallest R, 32: F_w = 33 had run
     command = command_text("pipeplan rollout reproduce")
-    check_out_folder(out, writes=("reproduction.md", "reproduction.csv", "gantt_sync.png", "gantt_cgp-fgd.png"))
+    check_out_folder(out, writes=REPRO_FILES)
     with _progress("reproduce") as progress:
         records = reproduce(seeds=seeds, max_response=max_response, jitter=jitter, frontier=frontier, progress=progress)
         sens = sensitivity_rows(seeds=seeds, frontier=frontier) if sensitivity else None
@@ -420,7 +431,7 @@ def reproduce_cmd(seeds: int = typer.Option(REPRO_SEEDS, "--seeds", min=1, max=M
         for r in records:
             typer.echo(json.dumps(r))
     else:
-        typer.echo(md + f"\nwritten: {out}/reproduction.md, reproduction.csv, gantt_sync.png, gantt_cgp-fgd.png")
+        typer.echo(md + _written(out, REPRO_FILES))
 
 
 @rollout_app.command("frontier")
@@ -440,7 +451,7 @@ def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "s
     for w in names:
         preset_round(w, 32)                      # unknown presets fail before any work
     command = command_text("pipeplan rollout frontier")
-    check_out_folder(out, writes=("fgd_frontier.md", "fgd_frontier.csv", "fgd_frontier.png"))
+    check_out_folder(out, writes=FRONTIER_FILES)
     with _progress("frontier") as progress:
         rows = frontier_study(workloads=names, seeds=seeds, progress=progress)
     md = frontier_markdown(rows, command, seeds)
@@ -448,7 +459,7 @@ def frontier_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw", "s
         write_atomic(stage / "fgd_frontier.md", md)
         write_atomic(stage / "fgd_frontier.csv", csv_text(rows, COLUMNS))
         frontier_plot(rows, stage / "fgd_frontier.png", "FGD-hard vs CGP over the frontier width (paper's engine)")
-    typer.echo(md + f"\nwritten: {out}/fgd_frontier.md, fgd_frontier.csv, fgd_frontier.png")
+    typer.echo(md + _written(out, FRONTIER_FILES))
 
 
 @rollout_app.command("async")
@@ -472,7 +483,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
     for w in names:     # bad presets, R < U, and a staleness past --rounds - 1 (it had run) fail before any work
         _check_policy_options(preset_round(w, R, rounds=rounds), FRONTIER_DEFAULT, max(etas))
     command = command_text("pipeplan rollout async")
-    check_out_folder(out, writes=("async.md", "async.csv", "async.png"))
+    check_out_folder(out, writes=ASYNC_FILES)
     with _progress("async") as progress:
         rows = async_study(workloads=names, R=R, rounds=rounds, stalenesses=etas, seeds=seeds, progress=progress)
     md = async_markdown(rows, command)
@@ -480,7 +491,7 @@ def async_cmd(workloads: str = typer.Option("lsat-ar,olyphys", "--workloads", he
         write_atomic(stage / "async.md", md)
         write_atomic(stage / "async.csv", csv_text(rows, ASYNC_COLUMNS))
         async_plot(rows, stage / "async.png", f"throughput vs staleness ({rounds} rounds of R = {R})")
-    typer.echo(md + f"\nwritten: {out}/async.md, async.csv, async.png")
+    typer.echo(md + _written(out, ASYNC_FILES))
 
 
 @rollout_app.command("explain-r32")
@@ -494,14 +505,14 @@ def explain_r32_cmd(seeds: int = typer.Option(REPRO_SEEDS, "--seeds", min=1, max
     from pipeplan.core.tables import csv_text
 
     command = command_text("pipeplan rollout explain-r32")
-    check_out_folder(out, writes=("r32_miss.md", "r32_miss.csv"))
+    check_out_folder(out, writes=R32_FILES)
     with _progress("explain-r32") as progress:
         rows = explain_r32(seeds=seeds, progress=progress)
     md = r32_markdown(rows, command)
     with staged_folder(out) as stage:
         write_atomic(stage / "r32_miss.md", md)
         write_atomic(stage / "r32_miss.csv", csv_text(rows, R32_COLUMNS))
-    typer.echo(md + f"\nwritten: {out}/r32_miss.md, r32_miss.csv")
+    typer.echo(md + _written(out, R32_FILES))
 
 
 @rollout_app.command("regimes")
@@ -563,6 +574,7 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     sweep; writes optimum_gaps.md/.csv (about 105 min on 2 cores with the defaults: 77 before
     the large-neighbourhood search's 120 s per linear setting)."""
     from pipeplan.app.studies.rollout_optimum import BRANCH_TIME, optimum_gaps, write_optimum_gaps
+    from pipeplan.app.studies.rollout_optimum import FILES as GAPS_FILES
     from pipeplan.formulations.rollout.workloads import preset_round
 
     check_limits(time_limit, threads)
@@ -580,10 +592,10 @@ def optimum_gaps_cmd(workloads: str = typer.Option(",".join(("lsat-ar", "sci-xw"
     bound_Rs = _whole_numbers(bound_rs, "--bound-rs", 1)
     kinds = _engines(engines)
     command = command_text("pipeplan rollout optimum-gaps")
-    check_out_folder(out, writes=("optimum_gaps.md", "optimum_gaps.csv"))
+    check_out_folder(out, writes=GAPS_FILES)
     with _progress("optimum-gaps") as progress:
         rows = optimum_gaps(workloads=names, time_limit=time_limit, bound_time=bound_time, threads=threads,
                             rhos=values, engines=kinds, Rs=tuple(Rs), bound_Rs=tuple(bound_Rs), branch_time=branch_time,
                             lns_time=lns_time, progress=progress)
     md = write_optimum_gaps(rows, out, command, branch_time, lns_time)
-    typer.echo(md + f"\nwritten: {out}/optimum_gaps.md, optimum_gaps.csv")
+    typer.echo(md + _written(out, GAPS_FILES))

@@ -30,6 +30,8 @@ from pipeplan.core.io import write_atomic
 from pipeplan.core.tables import cell, csv_text, markdown_table
 
 STUDY_N = 12              # workers of every training run (the PGC experiments' n)
+# the study's tables; its loss_<model>_s<s>_mean<m>.png names follow --models and are checked when they move in
+FILES = ("training.csv", "ratios.csv", "assignment.csv", "report.md")
 STUDY_SCHEMES = ("uncoded", "gc-fr", "gc-cr", "ignore-sgd", "ignore-gc", "pgc-fr", "pgc-cr", "pgc-cr-lstsq")
 ASSIGNMENT_INSTANCES = ("gradcode/homog-n12-s2", "gradcode/hetero-n12-s1", "gradcode/hetero-n12-s2",
                         "gradcode/hetero-n12-s3", "gradcode/hetero-n12-s2-markov", "gradcode/hetero-n12-s1-pipe",

@@ -38,6 +38,8 @@ BASELINES = ("alone-best-pu", "own-optimum", "greedy-partition", "npu-only")
 SOLVERS = ("cpsat", "milp", "nsga2") + BASELINES
 FRONT_INSTANCES = ("multi/yolo+mobile", "multi/alex+mobile")
 RAYS = 11
+# the study's tables; its front_<pair>.png names follow FRONT_INSTANCES and are checked when they move in
+FILES = ("runs.csv", "fronts.csv", "summary.md")
 COLUMNS = ("instance", "objective", "solver", "termination", "quality", "value", "bound", "gap", "wall_s", "note")
 
 

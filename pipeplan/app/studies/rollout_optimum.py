@@ -44,6 +44,7 @@ LNS_TIME = 120.0            # s of large-neighbourhood search (``cpsat-lns``) on
                             # (lsat-ar R = 64: defer 517.1 -> 489.7 s in 150 s; CP-SAT alone 549.8 s in 90 s)
 SELF_TUNED = ("defer",)      # policies that pick their parameter by simulating the round (a search, not a rule)
 ROLLOUT_BOUND, TRAINER_BOUND = 0.5, 2.0   # rho at or below / at or above: one side takes at least twice the other's time
+FILES = ("optimum_gaps.md", "optimum_gaps.csv")
 COLUMNS = ("workload", "R", "engine", "rho", "rho_value", "regime", "best_s", "best_solver", "online_s", "online_policy",
            "online_ratio", "online_over_bound", "rule_s", "rule_policy", "rule_ratio", "cpsat_s", "cpsat_status",
            "lns_s", "old_bound_s", "fast_bound_s", "chain_bound_s", "chain_closed", "step_plan_s", "step_bound_s",
@@ -274,7 +275,7 @@ def write_optimum_gaps(rows: list[dict], out: str | Path, command: str, branch_t
                        lns_time: float = LNS_TIME) -> str:
     """optimum_gaps.md and .csv, moved into ``out`` together (each atomically); the markdown."""
     md = optimum_gaps_markdown(rows, command, branch_time, lns_time)
-    with staged_folder(out) as stage:
+    with staged_folder(out, writes=FILES) as stage:
         write_atomic(stage / "optimum_gaps.md", md)
         write_atomic(stage / "optimum_gaps.csv", csv_text(rows, COLUMNS))
     return md

@@ -76,4 +76,7 @@ def _load_mapping(name: str):
     raise InputError(name, "instance", f"unknown instance (try `pipeplan instances`; e.g. {known}, ...)")
 
 
-load_mapping.cache_clear = _load_mapping.cache_clear     # the cache's own, as lru_cache had given it
+
+def forget_loaded_mappings() -> None:
+    """Forget every problem :func:`load_mapping` holds: a file may have been rewritten since."""
+    _load_mapping.cache_clear()

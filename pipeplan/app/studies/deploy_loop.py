@@ -33,7 +33,7 @@ from pipeplan.deploy.manifest import TensorSpec
 from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, graph_from_model, model_path, read_model
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
-from pipeplan.instances.catalog import load_mapping
+from pipeplan.instances.catalog import forget_loaded_mappings, load_mapping
 from pipeplan.instances.from_model import HOST_PUS, model_instance
 from pipeplan.instances.paths import PLATFORMS_DIR
 from pipeplan.profiles.ort_guard import reserve_outside_arena
@@ -123,7 +123,7 @@ def host_instance(model: str, folder: Path, *, runs: int, warmup: int) -> Mappin
     problem = model_instance(model, name=str(instance_file), runs=runs, warmup=warmup)
     write_json(folder / "profile.json", problem.profile.to_dict())
     write_json(instance_file, problem.to_dict())
-    load_mapping.cache_clear()  # the file may have been rewritten since an earlier load
+    forget_loaded_mappings()    # the file may have been rewritten since an earlier load
     return load_mapping(str(instance_file))
 
 

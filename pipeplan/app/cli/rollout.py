@@ -321,11 +321,12 @@ def _check_rhos(problems, values: list[float]) -> None:
     """Every rho must leave the scaled trainer within its fields' limits, checked before any
     work (1e308 had been refused as `trainer.s_per_token: ... inf`, a field the user never gave,
     after the smaller rhos had run)."""
-    from pipeplan.app.studies.rollout import with_rho
+    from pipeplan.app.studies.rollout import sync_rho, with_rho
     for problem in problems:
+        now = sync_rho(problem)
         for rho in values:
             try:
-                with_rho(problem, rho)
+                with_rho(problem, rho, now=now)
             except InputError as exc:
                 raise InputError("--rhos", f"{rho:g}", f"scales {problem.name}'s trainer past its limits "
                                                        f"({exc.field}: {exc.message})") from None

@@ -312,9 +312,15 @@ def rho_of(sync_objectives: dict) -> float:
     return sync_objectives["trainer_compute_s"] / sync_objectives["rollout_makespan_s"]
 
 
-def with_rho(problem: RolloutProblem, rho: float) -> tuple[RolloutProblem, float]:
-    """The round with its trainer scaled so that ``rho_of`` it is rho."""
-    factor = rho / rho_of(pipeplan.solve(problem, "sync").objectives)
+def sync_rho(problem: RolloutProblem) -> float:
+    """``rho_of`` the round as it is (one synchronous simulation)."""
+    return rho_of(pipeplan.solve(problem, "sync").objectives)
+
+
+def with_rho(problem: RolloutProblem, rho: float, *, now: float | None = None) -> tuple[RolloutProblem, float]:
+    """The round with its trainer scaled so that ``rho_of`` it is rho; ``now``: its
+    :func:`sync_rho`, where already known."""
+    factor = rho / (sync_rho(problem) if now is None else now)
     scaled = dataclasses.replace(problem, trainer=problem.trainer.scaled(factor), name=f"{problem.name}-rho{rho:g}")
     return scaled, factor
 
@@ -327,10 +333,11 @@ def sweep(*, workload: str = "lsat-ar", R: int = 32, seed: int = 0, rhos=(0.25, 
     rows, total, done = [], len(engines) * len(rhos), 0
     for engine in engines:
         problem = base if engine == "real" else linearized(base)
+        now = sync_rho(problem)
         for rho in rhos:
             if progress:
                 progress(done, total, f"{engine} rho={rho:g}")
-            scaled, factor = with_rho(problem, rho)
+            scaled, factor = with_rho(problem, rho, now=now)
             results = solve_all(scaled, names, time_limit=time_limit, threads=threads, seed=seed, frontier=frontier)
             comp = competitive_rows(results)
             best_found = min(r["train_end_s"] for r in comp if r["train_end_s"] is not None)

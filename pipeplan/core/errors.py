@@ -11,7 +11,10 @@ from pathlib import Path
 
 # What a terminal acts on: C0 controls but the tab, DEL, the C1 block (CSI, NEL, ...) and the
 # bidirectional overrides and isolates (a name can reorder what is shown after it).
-TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+TERMINAL_CONTROLS = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+# What a name may not hold: the same, and the tab and every line break (U+2028 and U+2029 too).
+NAME_CONTROLS = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\u2028\u2029]")
 
 
 def single_line(text: str) -> str:

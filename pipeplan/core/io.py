@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pipeplan.core.deadline import check_stop
-from pipeplan.core.errors import TERMINAL_CONTROLS, InputError, brief_value
+from pipeplan.core.errors import NAME_CONTROLS, InputError, brief_value
 from pipeplan.core.sizes import bytes_from_env, check_bytes
 
 DEFAULT_MAX_INPUT_MB = 512
@@ -284,11 +284,11 @@ def instance_name(name: Any) -> str:
 
 def has_control_characters(text: str) -> bool:
     """Whether ``text`` holds a character a terminal acts on: a C0 control, DEL, a C1 control
-    (CSI, NEL) or a bidirectional override (``errors.TERMINAL_CONTROLS``), or a line or paragraph
-    separator. Refused in names that become folder names, table cells or printed headings (a NUL
-    had crashed pareto's folder name; a CSI 2J in an instance's name had cleared the screen)."""
-    return any(ord(c) < 32 for c in text) or TERMINAL_CONTROLS.search(text) is not None \
-        or "\u2028" in text or "\u2029" in text
+    (CSI, NEL), a bidirectional override, or a line or paragraph separator
+    (``errors.NAME_CONTROLS``). Refused in names that become folder names, table cells or printed
+    headings (a NUL had crashed pareto's folder name; a CSI 2J in an instance's name had cleared
+    the screen)."""
+    return NAME_CONTROLS.search(text) is not None
 
 
 # A name a user gives (an instance's, a network's, a profile's, a code's scheme) is printed in

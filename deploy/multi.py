@@ -126,7 +126,7 @@ def _model_of(problem: MultiProblem, index: int, net: Network) -> tuple[str, Pat
         return net.model, path
     name = net.instance or net.problem.name
     platform, _, model = name.partition("@")[0].partition("/")
-    if name.endswith(".json") or model not in LIGHT_MODELS or not (PLATFORMS_DIR / f"{platform}.json").is_file():
+    if Path(name).suffix == ".json" or model not in LIGHT_MODELS or not (PLATFORMS_DIR / f"{platform}.json").is_file():
         raise InputError(source, f"networks[{index}].instance",
                          f"network {net.name} ({name}) has no ONNX model to export; name one in networks[{index}]."
                          f"model, or use an operator-level instance <platform>/<model> "
@@ -137,7 +137,7 @@ def _model_of(problem: MultiProblem, index: int, net: Network) -> tuple[str, Pat
 def _instance_of(problem: MultiProblem, net: Network) -> str:
     """How export_plan finds the network's instance: its catalogue name, or the instance file's
     path (inside the multi-instance file's folder, as the loader checked)."""
-    if net.instance.endswith(".json"):
+    if Path(net.instance).suffix == ".json":      # as the loader tells a file (instances/multi.py)
         return str(inside_folder(Path(problem.source).parent, net.instance, problem.source, "instance"))
     return net.problem.name
 

@@ -28,7 +28,9 @@ def load_multi_file(path: str | Path) -> MultiProblem:
     loaded: dict[str, object] = {}     # networks that name one instance share it (and its per-model work)
 
     def load_one(instance: str, field: str):
-        if instance.endswith(".json"):
+        # the file test is the loader's own (pathlib's suffix): by the text's ending, "x.json/"
+        # had passed as a catalogue name, and load_mapping then read x.json from anywhere
+        if Path(instance).suffix == ".json":
             return load_mapping(str(inside_folder(path.parent, instance, source, field)))
         try:
             return load_mapping(instance)

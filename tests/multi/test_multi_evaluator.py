@@ -164,6 +164,9 @@ def write(tmp_path, networks, **extra):
      "networks[1].name", "duplicate"),
     ([{"instance": "khadas-vim3/Nope"}], "networks[0].instance", "unknown instance"),
     ([{"instance": "../outside.json"}], "networks[0].instance", "not a file inside"),
+    # by the text's ending these had been catalogue names, and the loader read the file anyway
+    ([{"instance": "../outside.json/", "name": "o"}], "networks[0].instance", "not a file inside"),
+    ([{"instance": "../outside.json/.", "name": "o"}], "networks[0].instance", "not a file inside"),
     ([{"instance": "khadas-vim3/Alex", "speed": 2}], "networks[0].speed", "unknown field"),
 ])
 def test_bad_instance_files_name_file_and_field(tmp_path, networks, field, words):

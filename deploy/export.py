@@ -300,10 +300,22 @@ def _publish(tmp: Path, out: Path, check: Callable[[Path], None] | None = None) 
     export's rule; a joint export passes its own)."""
     (check or _check_target)(out)
     os.chmod(tmp, folder_mode())    # mkdtemp's owner-only mode had stayed on the published export
-    if out.is_dir() and any(out.iterdir()):
-        old = Path(tempfile.mkdtemp(prefix=".pp-export-old-", dir=out.parent))
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+    try:
+        if out.is_dir() and any(out.iterdir()):
+            old = Path(tempfile.mkdtemp(prefix=".pp-export-old-", dir=out.parent))
+            try:
+                os.replace(out, old)
+            except OSError:
+                os.rmdir(old)
+                raise
+            try:
+                os.replace(tmp, out)
+            except OSError:
+                os.replace(old, out)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except OSError as exc:      # e.g. a mount point as --out: it cannot be renamed (EBUSY)
+        raise InputError(str(out), "", f"cannot replace this folder ({exc.strerror or exc}); give a folder "
+                                       "inside it or elsewhere") from None

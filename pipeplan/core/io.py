@@ -400,8 +400,12 @@ def check_out_folder(out: str | Path, *, ours: tuple[str, ...] = (), option: str
 
 
 def _stage_anchor(out: Path) -> Path:
-    """The folder a stage for ``out`` goes in: the nearest existing folder above it (the same
-    file system, so the commit is a rename)."""
+    """The folder a stage for ``out`` goes in, on the file system of ``out``'s files so that the
+    commit is a rename: ``out`` itself when it exists (a stage beside it had failed at the
+    commit when ``out`` was a mount point, a container's volume, and was refused when only
+    ``out`` was writable), else the nearest existing folder above it."""
+    if os.path.isdir(out) and not os.path.islink(out):
+        return out
     anchor = out.parent
     while not anchor.exists():
         anchor = anchor.parent

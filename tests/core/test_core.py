@@ -1,5 +1,6 @@
 """Core: SolveResult JSON round-trip, registry, solve() turning solver crashes into results."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -117,6 +118,42 @@ def test_staged_folder_commit_failing_partway_leaves_out_as_it_was(tmp_path, mon
         (stage / "sub" / "c.csv").write_text("new c")
     assert (out / "a.csv").read_text() == "new a" and (out / "sub" / "c.csv").read_text() == "new c"
     assert (out / "keep.txt").read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_staged_folder_stages_inside_an_existing_out(tmp_path):
+    """The stage of an existing --out lies inside it, on the file system of the files it
+    replaces: beside it, a --out that is a mount point (a container's volume) had failed at the
+    commit (EBUSY / EXDEV), and a writable --out under a read-only parent had been refused."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with staged_folder(out, marked=False) as stage:
+        assert stage.parent == out
+        (stage / "a.csv").write_text("1")
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv"] and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_an_export_that_cannot_replace_its_folder_is_one_error(tmp_path, monkeypatch):
+    """A mount point as export --out cannot be renamed onto (EBUSY): one error, the folder and
+    an earlier export in it as they were (it had been an OSError traceback)."""
+    from deploy import export
+
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "manifest.json").write_text("old")
+    monkeypatch.setattr(export, "_check_target", lambda path: None)
+    real_replace = os.replace
+
+    def busy(src, dst):
+        if out in (Path(src), Path(dst)):      # a mount point is renamed neither way
+            raise OSError(16, "Device or resource busy")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(export.os, "replace", busy)
+    with pytest.raises(InputError, match="cannot replace this folder .Device or resource busy"):
+        with export.temp_export_folder(out) as tmp:
+            (tmp / "manifest.json").write_text("new")
+            export._publish(tmp, out)
+    assert [p.name for p in tmp_path.iterdir()] == ["m"] and (out / "manifest.json").read_text() == "old"
 
 
 def test_staged_folder_new_out_appears_by_one_rename(tmp_path, monkeypatch):

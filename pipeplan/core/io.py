@@ -98,7 +98,10 @@ def inside_folder(folder: str | Path, name: Any, source: str, field: str) -> Pat
     path, a link pointing out) can neither read a file elsewhere nor reveal anything about it."""
     if not isinstance(name, str) or not name:
         raise InputError(source, field, f"expected a non-empty file name, got {name!r}")
-    root = Path(folder).resolve()
+    try:
+        root = Path(folder).resolve()     # the folder itself may be a link loop (`run a`, a -> b -> a)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise InputError(str(folder), "", f"cannot resolve the folder ({exc})") from None
     try:
         path = (root / name).resolve()
     except (OSError, RuntimeError, ValueError) as exc:   # a link loop, a NUL byte

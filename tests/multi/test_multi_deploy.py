@@ -280,3 +280,10 @@ def test_a_long_network_name_makes_a_short_folder_name():
     assert folders["s" * 300] == "s" * multi.FOLDER_NAME_MAX
     assert folders["s" * 300 + "x"] == "s" * multi.FOLDER_NAME_MAX + "-2"
     assert all(len(f".plan-{f}.json".encode()) <= 255 for f in folders.values())
+
+
+def test_run_on_a_link_loop_is_one_error(tmp_path):
+    """`run a` where a -> b -> a: one line naming the folder (it had been a RuntimeError traceback)."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    assert_input_error(run_cli("run", tmp_path / "a", "--frames", FRAMES), str(tmp_path / "a"), "cannot resolve")

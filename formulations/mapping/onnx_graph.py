@@ -33,7 +33,7 @@ import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper
 
 from pipeplan.core.errors import InputError, brief_error
-from pipeplan.core.io import read_input
+from pipeplan.core.io import check_name, read_input
 from pipeplan.formulations.mapping.onnx_bounds import infer_shapes_safely
 
 LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
@@ -118,6 +118,8 @@ def graph_from_model(model: ModelProto, source: str) -> nx.DiGraph:
     """The annotated operator DAG of a parsed model; ``source`` names it in errors."""
     nodes = list(model.graph.node)
     names = onnx_node_names(model.graph)
+    for i, name in enumerate(names):    # the rule instance files hold their units to: a name with a line
+        check_name(name, source, f"graph.node[{i}].name", capped=False)  # break had made files solve refused
     initializers = {t.name for t in model.graph.initializer}
     initializers |= {t.values.name for t in model.graph.sparse_initializer}
     inputs = [_node_inputs(n) for n in nodes]

@@ -100,3 +100,31 @@ def test_a_link_or_folder_as_the_marker_does_not_count(tmp_path, kind):
             write_atomic(stage / "report.md", "x")
     (out / OUT_MARKER).rmdir() if kind == "folder" else (out / OUT_MARKER).unlink()
     assert unchanged(out)
+
+
+def test_deploy_loop_refuses_a_linked_table_before_any_model_runs(tmp_path):
+    """deploy.md linked out of a marked --out: refused before profiling (the loop had profiled,
+    solved, exported and run every model first); the linked file is untouched."""
+    out = tmp_path / "dl"
+    out.mkdir()
+    (out / OUT_MARKER).write_text("")
+    (tmp_path / "victim.md").write_text("precious")
+    (out / "deploy.md").symlink_to(tmp_path / "victim.md")
+    proc = run_cli("deploy-loop", "--models", "squeezenet", "--solvers", "single", "--runs", "1", "--frames", "2",
+                   "--out", out)
+    assert_input_error(proc, str(out / "deploy.md"), "symbolic link")
+    assert sorted(p.name for p in out.iterdir()) == [OUT_MARKER, "deploy.md"]
+    assert (tmp_path / "victim.md").read_text() == "precious"
+
+
+@pytest.mark.parametrize("command", [("instance", "squeezenet", "--platform", "a311d", "--out", "{deep}/x.json"),
+                                     ("deploy-loop", "--models", "squeezenet", "--solvers", "single", "--runs", "1",
+                                      "--frames", "2", "--out", "{deep}/dl")])
+def test_an_instance_path_the_loader_would_refuse_is_refused_first(tmp_path, command):
+    """An instance made from a model is named by its file's path: one over 255 bytes had been
+    written (exit 0) and then refused by solve; deploy-loop had profiled before failing."""
+    deep = tmp_path.joinpath(*["e" * 60] * 5)
+    deep.mkdir(parents=True)
+    proc = run_cli(*(a.replace("{deep}", str(deep)) for a in command))
+    assert_input_error(proc, "--out", "at most 255 bytes")
+    assert list(deep.iterdir()) == []

@@ -27,13 +27,14 @@ def instance_cmd(model: str = typer.Argument(..., help="ONNX file, or a model of
     """Make a mapping instance from an ONNX model and a profile (measured on this host by default)."""
     from pipeplan.core.io import check_output, read_input, write_json
     from pipeplan.formulations.mapping.onnx_graph import model_path
-    from pipeplan.instances.from_model import model_instance
+    from pipeplan.instances.from_model import check_instance_path, model_instance
 
     check_limits(time_limit)
     read_input(model_path(model), what="ONNX model")     # refuse a bad output before profiling
     if profile is not None:
         read_input(profile, what="profile")
     check_output(out)
+    check_instance_path(out, "--out")
     with _progress(f"instance {Path(model).name}") as progress:
         problem = model_instance(model, name=str(out), profile=profile, platform=platform, runs=runs, warmup=warmup,
                                  progress=progress, time_limit_s=time_limit)

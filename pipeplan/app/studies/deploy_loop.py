@@ -34,13 +34,14 @@ from pipeplan.formulations.mapping.onnx_graph import LIGHT_MODELS, graph_from_mo
 from pipeplan.formulations.mapping.plan import plan_from_dict
 from pipeplan.formulations.mapping.problem import MappingProblem
 from pipeplan.instances.catalog import forget_loaded_mappings, load_mapping
-from pipeplan.instances.from_model import HOST_PUS, model_instance
+from pipeplan.instances.from_model import HOST_PUS, check_instance_path, model_instance
 from pipeplan.instances.paths import PLATFORMS_DIR
 from pipeplan.profiles.ort_guard import reserve_outside_arena
 from pipeplan.profiles.ort_profiler import TRACE_BYTES_PER_NODE_RUN
 from pipeplan.profiles.random_feeds import check_feeds, draw_bytes, feed_bytes, graph_feeds
 
 DEFAULT_SOLVERS = ("single", "pipeline-dp", "heft", "cpsat")
+FILES = ("deploy.csv", "deploy.md")     # the tables it writes into --out, beside a folder per model
 COLUMNS = ("model", "solver", "termination", "stages", "groups", "predicted_period_ms", "measured_period_ms",
            "period_ratio", "predicted_latency_ms", "measured_latency_ms", "latency_ms_p90", "latency_ratio",
            "throughput_fps", "busy_C0", "busy_C1", "outputs_match")
@@ -138,10 +139,11 @@ def deploy_loop(models: list[str], out: Path, *, solvers: tuple[str, ...] = DEFA
     check_limits(cpsat_time_limit, option="--cpsat-time-limit", seed=seed)
     for name in solvers:
         get_solver("mapping", name)  # unknown names fail before any work
-    check_out_folder(out)
+    check_out_folder(out, writes=FILES)     # a linked deploy.md had been refused after every model had run
     check_models(models, frames=frames, runs=runs, warmup=warmup)
     for model in models:     # a model's folder linked out of a pipeplan --out had been written through
         check_output(out / model_label(model), folder=True)
+        check_instance_path(out / model_label(model) / "instance.json", "--out")
     mark_out_folder(out)         # it writes one model at a time: a rerun of a stopped loop is pipeplan's folder
     rows: list[dict] = []
     total, step = len(models) * (1 + len(solvers)), 0

@@ -244,9 +244,10 @@ def load_manifest(folder: str | Path, guard: RunGuard | None = None) -> Manifest
     predicted = r.obj(r.get(doc, "predicted", ""), "predicted")
     # optional (exports name them; a hand-made manifest may not): what the run warns about
     platform = doc.get("platform")
-    platform_name = None if platform is None else r.string(r.get(r.obj(platform, "platform"), "name", "platform"),
-                                                           "platform.name")
-    instance = None if doc.get("instance") is None else r.string(doc["instance"], "instance")
+    # both printed by run: a line break or an ESC in them had reached the terminal raw
+    platform_name = None if platform is None else r.name(r.get(r.obj(platform, "platform"), "name", "platform"),
+                                                         "platform.name")
+    instance = None if doc.get("instance") is None else r.name(doc["instance"], "instance")
     return Manifest(source=source, reference=reference, graph_optimization=graph_optimization, pus=pus,
                     inputs=inputs, outputs=outputs, stages=tuple(stages),
                     predicted={k: r.number(r.get(predicted, k, "predicted"), f"predicted.{k}")

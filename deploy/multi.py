@@ -238,6 +238,7 @@ def load_joint(folder: str | Path) -> JointExport:
         raise r.fail("networks", "expected at least one network")
     networks, seen = [], {}
     for name, entry in raw.items():
+        r.name(name, "networks")    # run prints it: a line break had forged an error line
         fld = f"networks.{name}"
         entry = r.obj(entry, fld)
         path = inside_folder(folder, r.get(entry, "folder", fld), source, f"{fld}.folder")
@@ -256,7 +257,7 @@ def load_joint(folder: str | Path) -> JointExport:
                       "busy_ms": {pu: r.number(v, f"{fld}.predicted.joint.busy_ms.{pu}") for pu, v in busy.items()}},
         }
         networks.append(ExportedNetwork(name, path, predicted))
-    return JointExport(source=source, instance=r.string(r.get(doc, "instance", ""), "instance"),
+    return JointExport(source=source, instance=r.name(r.get(doc, "instance", ""), "instance"),
                        sharing=r.string(r.get(doc, "sharing", ""), "sharing"), networks=tuple(networks))
 
 

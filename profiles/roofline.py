@@ -153,7 +153,7 @@ def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
             for b in pus:
                 if a != b and f"{a}->{b}" not in links:
                     raise r.fail("links", f"no link {a}->{b} and no default_link")
-    return Platform(name=str(doc.get("name", Path(source).stem)),
+    return Platform(name=r.name(doc["name"], "name") if "name" in doc else Path(source).stem,
                     source=str(doc.get("source", "")), assumptions=str(doc.get("assumptions", "")),
                     host_pu=host, pus=pus, links=links, default_link=default,
                     transfer_power_mw=r.number(doc.get("transfer_power_mw", 0.0),

@@ -204,6 +204,20 @@ def test_joint_json_pointing_outside_its_folder_refused(tmp_path, how):
     assert_input_error(proc, str(folder / "joint.json"), "networks.squeeze.folder", "not a file inside")
 
 
+@pytest.mark.parametrize("field", ["networks", "instance"])
+def test_joint_json_names_run_prints_are_names(tmp_path, field):
+    """A network named "sq\\nwarning: ..." or an instance with a right-to-left override: refused
+    (run had printed them raw, forging a warning line)."""
+    doc = joint_doc("squeeze")
+    if field == "networks":
+        doc["networks"] = {"sq\nwarning: forged": doc["networks"]["squeeze"]}
+    else:
+        doc["instance"] = "inst\u202eevil"
+    (tmp_path / "joint.json").write_text(json.dumps(doc))
+    proc = run_cli("run", tmp_path, "--frames", FRAMES)
+    assert_input_error(proc, str(tmp_path / "joint.json"), field, "without control characters")
+
+
 def test_frames_are_checked_against_the_memory_cap_for_all_networks_together(exported):
     """Each network keeps 2 x 1000 floats per frame and 1.5 KiB of its own (``FRAME_BYTES``,
     ``OUTPUT_BYTES``) and holds 4 input frames of 3 x 224 x 224 floats at once (with the draw's

@@ -301,3 +301,13 @@ def test_a_jsonl_trace_line_ends_at_its_newline_only(tmp_path):
             for p in range(2) for i in range(2)]
     f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     assert load_trace(f).response_tokens == ((3, 4), (4, 5))
+
+
+def test_a_gantt_chart_past_the_memory_cap_is_refused_before_the_simulation(tmp_path):
+    """32,000 requests at 2 KiB each (the simulation's and the chart's): refused under a 48 MiB
+    cap before any work (the chart had drawn one bar call per request: 1.6 GB and minutes at
+    160,000)."""
+    args = ("simulate", "--workload", "lsat-ar", "--R", "4000", "--policy", "fifo", "--gantt", tmp_path / "g.png")
+    proc = run_cli("rollout", *args, env={"PIPEPLAN_MAX_MEMORY_MB": "48"})
+    assert_input_error(proc, "g.png", "--gantt", "32,000 requests")
+    assert list(tmp_path.iterdir()) == []

@@ -191,10 +191,13 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
                  as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON")):
     """Simulate one round under one policy: metrics, checked schedule, optional Gantt chart."""
     from pipeplan.app.studies.rollout import gantt_schedule
+    from pipeplan.app.studies.rollout_figures import GANTT_BYTES_PER_REQUEST
     from pipeplan.app.studies.rollout_figures import gantt as gantt_plot
     from pipeplan.core.io import write_json
     from pipeplan.core.registry import get_solver
+    from pipeplan.core.sizes import check_bytes
     from pipeplan.formulations.rollout.checker import check
+    from pipeplan.formulations.rollout.problem import BYTES_PER_REQUEST
     from pipeplan.solvers.rollout import OFFLINE
     get_solver("rollout", policy)
     if policy in OFFLINE:
@@ -203,6 +206,9 @@ def simulate_cmd(instance: Optional[str] = INSTANCE,
                        engine, tail, rounds)
     _check_policy_options(problem, frontier, staleness)
     _check_outputs(out, gantt)         # once the inputs are read: neither output may be one of them
+    if gantt:
+        check_bytes(str(gantt), "--gantt", f"a chart of {problem.n_requests:,} requests",
+                    problem.n_requests * (BYTES_PER_REQUEST + GANTT_BYTES_PER_REQUEST))
     schedule = gantt_schedule(problem, policy, frontier, staleness)
     violations = check(problem, schedule, staleness=staleness)
     m = schedule.metrics()

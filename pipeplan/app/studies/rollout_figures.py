@@ -2,25 +2,46 @@
 regime plot of a rho sweep."""
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
 
+import numpy as np
+
 from pipeplan.app.figures import pyplot, save_figure
+
+# Peak memory per request of a Gantt chart, on top of the simulation's BYTES_PER_REQUEST
+# (measured: 65 MB more for 160,000 requests, about 400 bytes each, with matplotlib's own ~40 MB)
+GANTT_BYTES_PER_REQUEST = 1024
 
 
 def engine_slots(segments) -> list[int]:
     """A slot per stay in the batch (lowest free slot at admission), for drawing only."""
     order = sorted(range(len(segments)), key=lambda j: (segments[j].admit_s, segments[j].end_s))
-    free_at: list[float] = []
+    busy: list[tuple[float, int]] = []      # (end, slot) of the stays still drawn
+    free: list[int] = []                    # slots free again, lowest first
     slot = [0] * len(segments)
     for j in order:
         s = segments[j]
-        k = next((k for k, t in enumerate(free_at) if t <= s.admit_s + 1e-12), None)
-        if k is None:
-            k = len(free_at)
-            free_at.append(0.0)
-        free_at[k] = s.end_s
+        while busy and busy[0][0] <= s.admit_s + 1e-12:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        k = heapq.heappop(free) if free else len(busy)
+        heapq.heappush(busy, (s.end_s, k))
         slot[j] = k
     return slot
+
+
+def _bars(ax, rows, lefts, widths, height: float, colors, **style) -> None:
+    """Horizontal bars as one collection: a chart of 160,000 stays had taken minutes and 1.6 GB
+    as one ``barh`` call each."""
+    from matplotlib.collections import PolyCollection
+
+    if not rows:
+        return
+    y, x, w = np.asarray(rows, float), np.asarray(lefts, float), np.asarray(widths, float)
+    lo, hi = y - height / 2, y + height / 2
+    verts = np.stack([np.stack([x, lo], 1), np.stack([x + w, lo], 1), np.stack([x + w, hi], 1),
+                      np.stack([x, hi], 1)], 1)
+    ax.add_collection(PolyCollection(verts, facecolors=colors, **style))
 
 
 def gantt(problem, schedule, path: Path, title: str) -> Path:
@@ -32,19 +53,22 @@ def gantt(problem, schedule, path: Path, title: str) -> Path:
     n_slots = max(slots) + 1 if slots else 1
     fig, ax = plt.subplots(figsize=(11, 6.5), dpi=110)
     cmap = plt.get_cmap("tab20")
-    for s, k in zip(segs, slots):
-        g = s.request // problem.K
-        ax.barh(k, s.end_s - s.admit_s, left=s.admit_s, height=0.9, color=cmap(g % 20), linewidth=0,
-                hatch=None if s.finished else "////")
+    for finished in (True, False):
+        mine = [(s, k) for s, k in zip(segs, slots) if s.finished == finished]
+        _bars(ax, [k for _, k in mine], [s.admit_s for s, _ in mine], [s.end_s - s.admit_s for s, _ in mine], 0.9,
+              [cmap(s.request // problem.K % 20) for s, _ in mine], linewidths=0,
+              hatch=None if finished else "////")
     trainer_row = n_slots + max(2, n_slots // 20)
-    for j, u in enumerate(schedule.updates):
-        ax.barh(trainer_row, u.end_s - u.start_s, left=u.start_s, height=max(2, n_slots // 15),
-                color=cmap(u.groups[0] % 20), edgecolor="black", linewidth=0.4)
+    ups = schedule.updates
+    _bars(ax, [trainer_row] * len(ups), [u.start_s for u in ups], [u.end_s - u.start_s for u in ups],
+          max(2, n_slots // 15), [cmap(u.groups[0] % 20) for u in ups], edgecolors="black", linewidths=0.4)
     ax.scatter(schedule.group_complete_s, [n_slots + 0.5] * problem.R, marker="|", color="black", s=40,
                label="group complete")
     m = schedule.metrics()
     ax.axvline(m["rollout_makespan_s"], color="grey", ls=":", lw=1, label="rollout done")
     ax.axvline(m["first_dispatch_s"], color="tab:green", ls="--", lw=1, label="first dispatch")
+    ax.autoscale_view()
+    ax.set_xlim(left=0)
     ax.set_yticks([n_slots / 2, trainer_row])
     ax.set_yticklabels([f"engine\n({n_slots} slots)", "trainer"])
     ax.set_xlabel("time (s)")

@@ -50,6 +50,7 @@ from pipeplan.core.api import MAX_SEED
 from pipeplan.core.deadline import check_stop
 from pipeplan.core.errors import InputError, brief_value, crash_message
 from pipeplan.core.io import (
+    JSON_BYTES_PER_CHAR,
     OUT_MARKER,
     DuplicateKey,
     check_fields,
@@ -63,6 +64,7 @@ from pipeplan.core.io import (
     write_atomic,
     write_json,
 )
+from pipeplan.core.sizes import check_bytes
 from pipeplan.core.tables import csv_text
 from pipeplan.core.vocabulary import SYSTEMS
 from pipeplan.instances.paths import INSTANCES_DIR
@@ -490,7 +492,11 @@ def scan_records(path: Path) -> tuple[list[dict], Damage | None]:
     naming the line. A last record cut just before its newline is complete and kept."""
     if not path.exists():
         return [], None
-    lines = read_input(path, what="bench record file").split(b"\n")
+    data = read_input(path, what="bench record file")
+    # parsed, the records take up to JSON_BYTES_PER_CHAR each byte, as any JSON file does: 53 MB of
+    # records had peaked at 472 MB in report under a 128 MB cap
+    check_bytes(str(path), "", f"its {len(data):,} bytes of JSON records", len(data) * JSON_BYTES_PER_CHAR)
+    lines = data.split(b"\n")
     last = max((n for n, raw in enumerate(lines) if raw.strip()), default=-1)
     out, offset = [], 0
     seen: dict[str, int] = {}       # record key -> its line

@@ -182,3 +182,13 @@ def test_a_table_past_max_table_cells_is_refused_before_anything_is_written(tmp_
     assert sorted(p.name for p in out.iterdir()) == ["runs.jsonl"]
     monkeypatch.setattr(report, "MAX_TABLE_CELLS", 9)
     write_report(out)
+
+
+def test_records_past_the_memory_cap_are_refused_before_they_are_parsed(tmp_path):
+    """runs.jsonl is JSON too: held to JSON_BYTES_PER_CHAR per byte, as load_json holds a file
+    (53 MB of valid records had peaked at 472 MB in report under a 128 MB cap). 400 KB of
+    records under an 8 MiB cap: one line, nothing written."""
+    out = folder(tmp_path, *(rec(f"x/i{i}") for i in range(2000)))
+    proc = run_cli("report", out, env={"PIPEPLAN_MAX_MEMORY_MB": "8"})
+    assert_input_error(proc, "runs.jsonl", "bytes of JSON records", "above the limit")
+    assert sorted(p.name for p in out.iterdir()) == ["runs.jsonl"]

@@ -207,6 +207,20 @@ def _select(patterns: list[str], names: list[str]) -> list[str]:
     return [n for n in names if n in literal or any(g.match(n) for g in globs)]
 
 
+def _check_params_on(params: dict, instances: list[str], chosen: list[str], load: Callable[[str], object],
+                     source: str, field: str) -> None:
+    """``params`` against every instance a group selects, for each solver it chooses, before any run."""
+    from pipeplan.core.registry import check_problem_params
+
+    for inst in instances:
+        problem = load(inst)
+        for solver in chosen:
+            try:
+                check_problem_params(problem, solver, params)
+            except InputError as exc:
+                raise InputError(source, f"{field}.{exc.field}", f"{solver} on {inst}: {exc.message}") from None
+
+
 def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite") -> list[Run]:
     """Every run of the suite in order; ``time_limit`` overrides the groups' limits. A run that
     two groups both select (overlapping patterns) is refused: it would run twice."""
@@ -221,7 +235,7 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
     for system in SYSTEMS:
         if system not in suite:
             continue
-        names_of, _ = catalogue(system)
+        names_of, load = catalogue(system)
         names = names_of()
         available = [s.name for s in solvers(system) if s.available()[0]]
         for i, g in enumerate(suite[system]):
@@ -245,6 +259,8 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
                                  "not a solver parameter")
             for solver in chosen:   # a parameter a chosen solver does not declare is refused here
                 get_solver(system, solver).check_params(g.get("params", {}), source=f"{source}: {system}[{i}].params")
+            if g.get("params"):     # and a value an instance rules out (approx's degree past its n workers)
+                _check_params_on(g["params"], instances, chosen, load, source, f"{system}[{i}].params")
             for inst in instances:
                 for solver in chosen:
                     for seed in g.get("seeds", [0]):

@@ -6,7 +6,7 @@ import time
 from pipeplan.core.errors import InputError, brief_value, crash_message
 from pipeplan.core.io import finite_number
 from pipeplan.core.param_values import MAX_SEED, check_seed
-from pipeplan.core.registry import checked_warm_start, get_solver
+from pipeplan.core.registry import check_problem_params, checked_warm_start, get_solver
 from pipeplan.core.result import Quality, SolveResult, Termination
 
 MAX_THREADS = 4096          # solver threads (CP-SAT workers, HiGHS threads)
@@ -61,6 +61,7 @@ def solve(problem, solver: str, *, time_limit: float | None = None, seed: int = 
     info = get_solver(problem.kind, solver)
     info.check_params({**params, "warm_start": warm_start})
     warm_start = checked_warm_start(problem, warm_start)
+    check_problem_params(problem, solver, params)
     common = {"time_limit": time_limit, "seed": seed, "threads": threads, "warm_start": warm_start}
     passed = {k: v for k, v in common.items() if k in info.params}
     call = {"time_limit": time_limit, "seed": seed, "threads": threads, **params}

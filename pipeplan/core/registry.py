@@ -160,6 +160,28 @@ def checked_warm_start(problem, value):
     return value if value is None or check is None else check(problem, value)
 
 
+# A solver's check of its parameters against a problem (``func(problem, params)``, an InputError
+# for a value this problem rules out, as ``degree`` past approx's n workers), registered with
+# :func:`problem_params_check`. ``pipeplan.solve`` applies it before the solver runs, and bench
+# before its first run: a suite's bad value had been an error record per run, exit 0.
+_PROBLEM_PARAMS_CHECKS: dict[tuple[str, str], Callable] = {}
+
+
+def problem_params_check(kind: str, name: str):
+    def deco(func: Callable) -> Callable:
+        _PROBLEM_PARAMS_CHECKS[(kind, name)] = func
+        return func
+    return deco
+
+
+def check_problem_params(problem, solver: str, params: dict) -> None:
+    """InputError for a parameter value ``solver`` cannot take on ``problem`` (solvers loaded first)."""
+    _load(problem.kind)
+    check = _PROBLEM_PARAMS_CHECKS.get((problem.kind, solver))
+    if check is not None:
+        check(problem, params)
+
+
 def _load(kind: str) -> None:
     if kind in _loaded:
         return

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pipeplan.core.deadline import Deadline
-from pipeplan.core.registry import register
+from pipeplan.core.errors import InputError
+from pipeplan.core.registry import problem_params_check, register
 from pipeplan.core.result import Termination
 from pipeplan.formulations.gradcode.gradient_code import check_lstsq_size
 from pipeplan.formulations.gradcode.placement import pipelined
@@ -71,6 +72,13 @@ def solve_cyclic_mds(problem, *, time_limit=None):
     _square(problem, "cyclic-MDS")
     check_lstsq_size(problem.n, problem.name, "n", "cyclic-mds")
     return scored_result(problem, "cyclic-mds", cyclic_mds(problem.n, problem.s), deadline=clock)
+
+
+@problem_params_check("gradcode", "approx")
+def _check_degree(problem, params: dict) -> None:
+    degree = params.get("degree")
+    if degree is not None and not 1 <= degree <= problem.n:
+        raise InputError(problem.source or problem.name, "degree", f"must be in 1..n = {problem.n}, got {degree}")
 
 
 @register("gradcode", "approx", description="approximate code on a random d-regular graph (Charles et al. 2017, "

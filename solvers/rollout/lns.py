@@ -35,7 +35,7 @@ import numpy as np
 
 from pipeplan.core.deadline import Deadline, OutOfTime
 from pipeplan.core.errors import InputError
-from pipeplan.core.registry import register
+from pipeplan.core.registry import problem_params_check, register
 from pipeplan.core.result import Termination
 from pipeplan.formulations.rollout.fixed_model import fixed_model, list_schedule
 from pipeplan.formulations.rollout.problem import RolloutProblem
@@ -121,6 +121,14 @@ def _model_starts(problem: RolloutProblem, m, unit: float, grid: int, plan: dict
     return on_grid(list_schedule(m, order), unit, grid)
 
 
+@problem_params_check("rollout", "cpsat-lns")
+def _check_start(problem, params: dict) -> None:
+    start = params.get("start")
+    if start is not None and not _covers(problem, start):
+        raise InputError(problem.source or problem.name, "start",
+                         "expected a plan of this round: an admission of every request and its updates")
+
+
 @register("rollout", "cpsat-lns", requires=("ortools",),
           description="offline: CP-SAT on a part of the round at a time (large-neighbourhood search) from the best "
                       "schedule known, re-scored by replay in the simulator (known lengths)")
@@ -138,9 +146,7 @@ def solve_lns(problem, *, time_limit: float | None = TIME_LIMIT, seed: int = 0, 
     for field, value in (("time_limit", time_limit), ("part_s", part_s)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
             raise InputError(problem.source or problem.name, field, f"expected seconds > 0, got {value!r}")
-    if start is not None and not _covers(problem, start):
-        raise InputError(problem.source or problem.name, "start",
-                         "expected a plan of this round: an admission of every request and its updates")
+    _check_start(problem, {"start": start})        # pipeplan.solve has checked it; a direct call has not
     if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
         raise InputError(problem.source or problem.name, "patience", f"expected a whole number >= 1, got {patience!r}")
     clock = Deadline(time_limit)

@@ -6,6 +6,7 @@ import pytest
 from pipeplan.app import bench
 from pipeplan.app.bench import MAX_SUITE_PATTERNS, MAX_SUITE_RUNS, _select, load_suite, plan_runs
 from pipeplan.core.errors import InputError
+from tests.cli_helpers import assert_input_error, run_cli
 
 
 def suite(tmp_path, body: str) -> str:
@@ -57,3 +58,18 @@ def test_pattern_lists_are_limited_and_matched_once_per_pattern(tmp_path):
     for patterns in (["a/*"], ["b", "a/c"], ["x[[]1]"], ["ab[*]"], ["*"], ["?"], ["a/b", "a/b"], ["zz"]):
         import fnmatch
         assert _select(patterns, names) == [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
+
+
+@pytest.mark.parametrize("group, field", [
+    ('[[gradcode]]\ninstances = ["gradcode/homog-n12-s1"]\nsolvers = ["approx"]\nparams = {degree = 10000}\n',
+     "gradcode[0].params.degree"),
+    ('[[rollout]]\ninstances = ["rollout/tiny-0"]\nsolvers = ["cpsat-lns"]\nparams = {start = {a = 1}}\n',
+     "rollout[0].params.start")])
+def test_a_parameter_an_instance_rules_out_is_refused_before_any_run(tmp_path, group, field):
+    """approx's degree past the instance's 12 workers, a cpsat-lns start that is no plan of the
+    round: both had passed the suite's check and made every run an error record (exit 0)."""
+    suite = tmp_path / "s.toml"
+    suite.write_text(group + "time_limit = 5\n")
+    proc = run_cli("bench", "--suite", suite, "--out", tmp_path / "out")
+    assert_input_error(proc, "s.toml", field)
+    assert not (tmp_path / "out").exists()

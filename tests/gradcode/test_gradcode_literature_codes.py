@@ -128,6 +128,10 @@ def test_new_schemes_build_and_solve_through_the_registry():
     assert a.plan["meta"]["approximate"] and a.plan["verification"]["verdict"].startswith("approximate")
     opt = pipeplan.solve(problem, "approx")        # the optimal decoder, the default: still feasible, error named
     assert opt.quality.value == "feasible" and opt.plan["decoder"] == "lstsq" and "approximate" in opt.message
+    for degree in (13, 10_000):     # past the 12 workers: refused before the solver runs, naming the field
+        with pytest.raises(InputError, match="must be in 1..n = 12") as err:
+            pipeplan.solve(problem, "approx", degree=degree)
+        assert err.value.field == "degree"
     assert opt.plan["verification"]["mean_error"] < a.plan["verification"]["mean_error"]
     assert build("approx", 12, 2, decoder="linear").decoder == "linear"
     with pytest.raises(InputError, match="only pgc-cr and approx take a decoder choice, not cyclic-mds"):

@@ -84,14 +84,25 @@ def fastest_times(problem: MappingProblem) -> list[float]:
     return out
 
 
-def _phase_min(table, pus) -> float:
-    """The shortest phase (input or output stage) of any PU and level, 0 without phases."""
-    return min((ph.time_ms for p in pus for ph in table.get(p, {}).values()), default=0.0)
+def _end_phases(prof, table, i: int, pus=None):
+    """(PU, level, phase or None) for every PU and level that can run unit ``i`` (the first
+    unit for the input stage, the last for the output stage): the evaluator charges the phase of
+    that unit's PU and level, none where the table gives none there. Bounds had taken the least
+    phase among the entries given, above the optimum when a PU or level without one was best."""
+    for p in pus if pus is not None else prof.pus:
+        for lv, ts in prof.time_ms[p].items():
+            if ts[i] is not None:
+                yield p, lv, table.get(p, {}).get(lv)
 
 
-def _phase_energy_min(table, pus) -> float:
-    """The least energy (uJ) of a phase of any PU and level, 0 without phases."""
-    return min((ph.time_ms * ph.power_mw for p in pus for ph in table.get(p, {}).values()), default=0.0)
+def _phase_min(prof, table, i: int) -> float:
+    """The shortest phase (input or output stage) unit ``i`` can carry, 0 where one has none."""
+    return min((ph.time_ms if ph else 0.0 for _, _, ph in _end_phases(prof, table, i)), default=0.0)
+
+
+def _phase_energy_min(prof, table, i: int) -> float:
+    """The least energy (uJ) of the phase unit ``i`` can carry, 0 where one has none."""
+    return min((ph.time_ms * ph.power_mw if ph else 0.0 for _, _, ph in _end_phases(prof, table, i)), default=0.0)
 
 
 def whole_graph_bounds(problem: MappingProblem) -> dict[str, float]:
@@ -102,22 +113,39 @@ def whole_graph_bounds(problem: MappingProblem) -> dict[str, float]:
     these. One stage: period = latency, and the steady-state energy is the per-frame energy."""
     prof = problem.profile
     n = len(problem.units)
+    last = n - 1
+    # the last unit and its ancestors: the output phase follows them, and may overlap the units
+    # the PU runs after them (on a graph that is no chain, the last unit need not run last)
+    before_out, stack = {last}, [problem.units[last].name]
+    while stack:
+        for e in problem.preds[stack.pop()]:
+            if problem.index[e.src] not in before_out:
+                before_out.add(problem.index[e.src])
+                stack.append(e.src)
     time, energy = math.inf, math.inf
     for p, r in prof.whole_graph.items():
         levels = [[lv for lv, ts in prof.time_ms[p].items() if ts[i] is not None] for i in range(n)]
         if not all(levels):
             continue
 
-        def cost(i: int, lv: str) -> tuple[float, float]:
-            """(time, uJ) of unit i at level lv, with the phase it carries as the first/last unit."""
+        def cost(i: int, lv: str, out: bool) -> tuple[float, float]:
+            """(time, uJ) of unit i at level lv, with the input phase as the first unit and, if
+            ``out``, the output phase as the last."""
             t = r * prof.time(i, p, lv)
             e = t * prof.power(i, p, lv)
-            for table, end in ((prof.input_stage, 0), (prof.output_stage, n - 1)):
-                if i == end and (ph := table.get(p, {}).get(lv)):
+            for table, end, on in ((prof.input_stage, 0, True), (prof.output_stage, last, out)):
+                if i == end and on and (ph := table.get(p, {}).get(lv)):
                     t, e = t + ph.time_ms, e + ph.time_ms * ph.power_mw
             return t, e
-        time = min(time, sum(min(cost(i, lv)[0] for lv in levels[i]) for i in range(n)))
-        energy = min(energy, sum(min(cost(i, lv)[1] for lv in levels[i]) for i in range(n)) / 1000.0)
+
+        def least(i: int, out: bool, k: int) -> float:
+            return min(cost(i, lv, out)[k] for lv in levels[i])
+        # every unit starts after the input phase: the PU's whole work, and the chain of work
+        # before the output phase, each bound the stage's time
+        head = 0.0 if 0 in before_out else min(cost(0, lv, False)[0] - r * prof.time(0, p, lv) for lv in levels[0])
+        time = min(time, max(sum(least(i, False, 0) for i in range(n)),
+                             head + sum(least(i, True, 0) for i in before_out)))
+        energy = min(energy, sum(least(i, True, 1) for i in range(n)) / 1000.0)
     return {"period_ms": time, "latency_ms": time, "energy_mj": energy, "energy_ss_mj": energy}
 
 
@@ -144,13 +172,12 @@ def analytic_bounds(problem: MappingProblem) -> dict[str, list[Bound]]:
     prof = problem.profile
     fast = fastest_times(problem)
     pus = list(prof.pus)
-    t_in = _phase_min(prof.input_stage, pus)
-    t_out = _phase_min(prof.output_stage, pus)
-    def first_ms(p: str, lv: str) -> float:     # None: the first unit cannot run there; 0 ms (falsy,
-        t = prof.time(0, p, lv)                 # it had counted as that) is a unit that takes no time
-        return math.inf if t is None else t
-    first = min((ph.time_ms + first_ms(p, lv) for p, by in prof.input_stage.items() for lv, ph in by.items()),
-                default=fast[0])
+    last_i = len(problem.units) - 1
+    t_in = _phase_min(prof, prof.input_stage, 0)
+    t_out = _phase_min(prof, prof.output_stage, last_i)
+    # the first unit with the input phase of its PU and level (none where there is none)
+    first = min(((ph.time_ms if ph else 0.0) + prof.time(0, p, lv)
+                 for p, lv, ph in _end_phases(prof, prof.input_stage, 0)), default=fast[0])
     period = [Bound(max(fast), "fastest-unit"), Bound(sum(fast) / len(pus), "average-load"),
               Bound(first, "input+first")]
     finish: dict[str, float] = {}
@@ -163,7 +190,7 @@ def analytic_bounds(problem: MappingProblem) -> dict[str, list[Bound]]:
     for i in range(len(problem.units) if prof.has_power else 0):
         energy_uj += min(t * prof.power(i, p, lv) for p in pus for lv, ts in prof.time_ms[p].items()
                          if (t := ts[i]) is not None)
-    energy_uj += _phase_energy_min(prof.input_stage, pus) + _phase_energy_min(prof.output_stage, pus)
+    energy_uj += _phase_energy_min(prof, prof.input_stage, 0) + _phase_energy_min(prof, prof.output_stage, last_i)
     energy = [Bound(energy_uj / 1000.0, "cheapest-energy")]
     steady = energy
     if prof.power_model == "board" and prof.static_power_mw is not None and prof.has_power:
@@ -186,8 +213,8 @@ def _dynamic_min(problem: MappingProblem) -> float | None:
     pus = list(prof.pus)
     total = sum(min(t * (prof.power(i, p, lv) - static) for p in pus for lv, ts in prof.time_ms[p].items()
                     if (t := ts[i]) is not None) for i in range(len(problem.units)))
-    for table in (prof.input_stage, prof.output_stage):
-        total += min((ph.time_ms * (ph.power_mw - static) for p in pus for ph in table.get(p, {}).values()),
+    for table, i in ((prof.input_stage, 0), (prof.output_stage, len(problem.units) - 1)):
+        total += min((ph.time_ms * (ph.power_mw - static) if ph else 0.0 for _, _, ph in _end_phases(prof, table, i)),
                      default=0.0)
     return total
 
@@ -234,9 +261,10 @@ class ProblemArrays:
         self.edges = [(problem.index[e.src], problem.index[e.dst]) for e in problem.edges]
         self.x = _transfer_matrix(problem, self.pus, deadline)
 
-        def phase(table) -> np.ndarray:
-            return np.array([min((ph.time_ms for ph in table.get(p, {}).values()), default=0.0) for p in self.pus])
-        self.t_in, self.t_out = phase(prof.input_stage), phase(prof.output_stage)
+        def phase(table, i: int) -> np.ndarray:     # per PU: the least phase unit i carries there
+            return np.array([min((ph.time_ms if ph else 0.0 for _, _, ph in _end_phases(prof, table, i, [p])),
+                                 default=0.0) for p in self.pus])
+        self.t_in, self.t_out = phase(prof.input_stage, 0), phase(prof.output_stage, n - 1)
         self.preds: list[list[int]] = [[] for _ in range(n)]
         self.succs: list[list[int]] = [[] for _ in range(n)]
         for k_, (a, b) in enumerate(self.edges):

@@ -352,13 +352,19 @@ def _steady(program: ChainProgram, caps: dict, out: ChainAnswer) -> None:
 
 
 def chain_route(problem: MappingProblem, objective: str, dvfs: bool, tie_break: str | None = None,
-                shared_pus: bool = False) -> bool:
+                shared_pus: bool = False, bounds: dict | None = None) -> bool:
     """Whether the exact solvers use the chain models: every chain with disjoint PU sets (they
-    are exact there and prove chain optima faster than the operator-graph models). ValueError
-    where neither the chain models nor the operator-graph models are exact: DVFS levels as
-    decisions, a re-entry or whole-graph rule, or the steady-state energy where it differs from
-    the per-frame energy, on an operator graph or with shared PU sets."""
+    are exact there and prove chain optima faster than the operator-graph models), unless the
+    energy counts (objective, tie-break or bound) and PUs draw idle power (``per_pu``): the chain
+    models charge no idle power over the period, so they had proven energy optima 30% above
+    the brute force's. ValueError where neither the chain models nor the operator-graph models
+    are exact: DVFS levels as decisions, a re-entry or whole-graph rule, or the steady-state
+    energy where it differs from the per-frame energy, on an operator graph or with shared PU
+    sets; and those with idle energy."""
     prof = problem.profile
+    idle_energy = (prof.power_model == "per_pu" and any(pu.idle_power_mw for pu in prof.pus.values())
+                   and bool({"energy", "energy_ss"} & {objective, tie_break}
+                            or {"energy_mj", "energy_ss_mj"} & set(bounds or {})))
     needs = dvfs or bool(prof.reentry) or bool(prof.whole_graph) or (
         steady(problem) and "energy_ss" in (objective, tie_break))
     what = ("dvfs" if dvfs else "a re-entry or whole-graph rule" if prof.reentry or prof.whole_graph
@@ -367,7 +373,10 @@ def chain_route(problem: MappingProblem, objective: str, dvfs: bool, tie_break: 
         raise ValueError(f"{problem.name}: {what} is modelled for chains only (the instance is an operator graph)")
     if needs and shared_pus:
         raise ValueError(f"{what} is modelled with disjoint PU sets only (no shared PUs)")
-    return problem.is_chain and not shared_pus
+    if needs and idle_energy:
+        raise ValueError(f"{what} is modelled by the chain models only, which charge no idle power: the energy "
+                         "of a per_pu profile whose PUs draw idle power is exact in the operator-graph models")
+    return problem.is_chain and not shared_pus and not idle_energy
 
 
 def plain_objective(problem: MappingProblem, objective: str) -> str:

@@ -148,7 +148,7 @@ def solve_cpsat(problem, *, time_limit=None, seed=0, threads=1, warm_start=None,
         if axis not in AXES.values():
             raise ValueError(f"unknown bound {axis!r} (use {', '.join(AXES.values())})")
     from pipeplan.solvers.mapping.chain_search import chain_route, plain_bounds, plain_objective, solve_chain
-    if chain_route(problem, objective, dvfs, tie_break, shared_pus):
+    if chain_route(problem, objective, dvfs, tie_break, shared_pus, bounds):
         params = {"objective": objective, "bounds": bounds or {}, "shared_pus": False, "max_stages": max_stages,
                   "tie_break": tie_break, "work_limit": work_limit}
         return solve_chain(problem, "cpsat", backend="cpsat", objective=objective, bounds=bounds,

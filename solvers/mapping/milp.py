@@ -55,7 +55,7 @@ def solve_milp(problem, *, time_limit=None, seed=0, threads=1, warm_start=None, 
         if key not in axis_of:
             raise ValueError(f"unknown bound {key!r} (use {', '.join(AXES.values())})")
     from pipeplan.solvers.mapping.chain_search import chain_route, plain_bounds, plain_objective, solve_chain
-    if chain_route(problem, objective, dvfs, TIE_BREAK[objective]):
+    if chain_route(problem, objective, dvfs, TIE_BREAK[objective], bounds=bounds):
         params = {"backend": pick_backend(backend), "objective": objective, "bounds": dict(bounds or {}),
                   "max_stages": max_stages, "node_limit": node_limit}
         return solve_chain(problem, "milp", backend=params["backend"], objective=objective, bounds=bounds,

@@ -128,3 +128,21 @@ def test_energy_with_idle_power_on_a_chain_is_the_brute_force_optimum(solver):
     assert front["complete"]
     for x, y in brute_force.pareto_front(p, "period", "energy"):
         assert any(px == pytest.approx(x, rel=1e-6) and py == pytest.approx(y, rel=1e-6) for px, py in points)
+
+
+def test_a_proof_the_evaluator_contradicts_is_reported_as_feasible():
+    """scored_result re-scores every plan: a model that claims a proof while the evaluator puts
+    the plan far above the model's bound (the chain models without idle power: 22%) reports a
+    feasible plan and says why; a proof within the models' rounding stands."""
+    from pipeplan.solvers.mapping.common import PROOF_GUARD, scored_result
+    from pipeplan.solvers.mapping.single import fastest_pu_plan
+    p = _idle_chain()
+    plan = fastest_pu_plan(p)
+    value = evaluate(p, plan).period_ms
+    kept = scored_result(p, "x", plan, termination=Termination.OPTIMAL, quality=Quality.PROVEN_OPTIMAL,
+                         bound={"period_ms": value * (1 - PROOF_GUARD / 2)})
+    assert kept.quality is Quality.PROVEN_OPTIMAL and kept.termination is Termination.OPTIMAL
+    wrong = scored_result(p, "x", plan, termination=Termination.OPTIMAL, quality=Quality.PROVEN_OPTIMAL,
+                          bound={"period_ms": value * 0.78})
+    assert wrong.quality is Quality.FEASIBLE and wrong.termination is Termination.COMPLETED
+    assert "22.00% above the model's bound" in wrong.message

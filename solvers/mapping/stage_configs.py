@@ -185,8 +185,8 @@ def _build(problem, objective, cap, deadline, max_stages, eps, data):
         axis = k.split("_")[0]
         if cap is None:
             model.add_cap(axis, value, +1)
-        elif axis in ("period", "latency"):   # rounded down, as every time of the capped model
-            model.add_upper_bound(axis, floor_units(value * CAP_TICK))
+        elif axis in ("period", "latency"):   # rounded down, as every time of the capped model, past
+            model.add_upper_bound(axis, floor_units(value * CAP_TICK + 1e-6))   # float error (9.764 x 1e5)
         else:
             raise ValueError("an energy bound with the period objective needs the uncapped model")
     return model

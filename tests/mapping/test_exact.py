@@ -8,6 +8,8 @@ from pipeplan.core.result import Quality, Termination
 from pipeplan.formulations.mapping import brute_force
 from pipeplan.formulations.mapping.evaluator import evaluate
 from pipeplan.formulations.mapping.plan import plan_from_dict
+from pipeplan.formulations.mapping.problem import Edge, MappingProblem, Unit
+from pipeplan.formulations.mapping.profile import profile_from_dict
 from pipeplan.instances.tiny import tiny_catalogue
 from pipeplan.solvers.mapping.exact_front import exact_front
 from tests.helpers import tiny_problem
@@ -146,3 +148,25 @@ def test_a_proof_the_evaluator_contradicts_is_reported_as_feasible():
                           bound={"period_ms": value * 0.78})
     assert wrong.quality is Quality.FEASIBLE and wrong.termination is Termination.COMPLETED
     assert "22.00% above the model's bound" in wrong.message
+
+
+def test_a_latency_bound_with_float_error_keeps_the_plan_at_the_bound():
+    """9.764 ms x 1e5 ticks is 976399.99999: floored without a guard, the capped model cut off
+    the plan whose latency is the bound, and the front listed (9.764, 9.764) as proven beside
+    the brute force's (6.643, 9.764) (a bounds audit)."""
+    times = {"A": [3.121, 8.067, 7.716, 6.545], "B": [3.735, 9.359, 4.851, 1.274], "C": [4.048, 4.777, 5.34, 8.734]}
+    power = {"A": [681.9, 2082.0, 2014.3, 1670.3], "B": [2836.3, 2642.3, 1612.7, 1924.5],
+             "C": [1288.9, 1743.5, 947.8, 2040.6]}
+    pairs = {"A->B": 0.193, "A->C": 1.866, "B->A": 0.418, "B->C": 0.904, "C->A": 0.6, "C->B": 1.289}
+    prof = profile_from_dict({
+        "schema": "pipeplan.profile/1", "name": "eps", "power_model": "board",
+        "pus": {p: {"kind": "cpu", "levels": ["l0"]} for p in "ABC"}, "units": ["u0", "u1", "u2", "u3"],
+        "time_ms": {p: {"l0": t} for p, t in times.items()}, "power_mw": {p: {"l0": w} for p, w in power.items()},
+        "transfers": {"pairs": {k: {"fixed_ms": v} for k, v in pairs.items()}, "default": {"fixed_ms": 0.859},
+                      "power_mw": 629.0}}, "eps")
+    p = MappingProblem("eps", tuple(Unit(f"u{i}") for i in range(4)),
+                       tuple(Edge(a, b) for a, b in [("u0", "u1"), ("u0", "u2"), ("u0", "u3"), ("u2", "u3")]), prof)
+    front = exact_front(p, "period", "latency", time_limit=60)
+    points = [(q["objectives"]["period_ms"], q["objectives"]["latency_ms"]) for q in front["points"]]
+    expected = brute_force.pareto_front(p, "period", "latency")
+    assert front["complete"] and points == [pytest.approx(xy, rel=1e-9) for xy in expected]

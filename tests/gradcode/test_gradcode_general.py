@@ -1,4 +1,4 @@
-"""The coverage bound (every exact code), the heterogeneity-aware code, team codes, the online
+"""The coverage bound (every exact code of the problem's execution), the heterogeneity-aware code, team codes, the online
 stopping rule and the ``general`` solver."""
 import itertools
 

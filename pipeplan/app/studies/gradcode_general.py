@@ -1,7 +1,7 @@
 """The general-class assignment study: results/gradcode/general.csv and general.md.
 
 On the three-tier heterogeneous clusters (gradcode/hetero-n12-s1..s3 and gradcode/hetero-n24-s2)
-the solver ``general`` (coverage lower bound for every exact code; best of group placements,
+the solver ``general`` (coverage lower bound for every exact code without stale replies; best of group placements,
 heterogeneity-aware codes and team codes with the online stopping rule) against the best
 construction: FR, CR, the heterogeneity-aware code (Wang, Liu and Shroff, ICDCS 2019) and the
 group-assignment solvers cpsat and milp (expected step time). Every code is scored by the

@@ -39,7 +39,9 @@ Rules, fitted to the whole-network measurements of the Khadas VIM3 board
   a transfer between two PUs costs the measured copy plus the pair's switch cost
   (profile.SwitchCost, growing with the tensor's size); both are CPU work, so their time and
   power scale with the DVFS level of the CPU that does it (the receiver, or the GPU's host;
-  ``transfers.level_scaling``, measured by transfer_freq.csv). A PU with a ``reentry`` factor (the NPU) that holds two or more
+  ``transfers.level_scaling``, measured by transfer_freq.csv). A unit's output goes to another
+  PU once, however many of its units read it, charged at its largest edge to that PU; each
+  reader waits for its own edge's transfer. A PU with a ``reentry`` factor (the NPU) that holds two or more
   segments of the frame (runs of consecutive units in the instance's order) pays, on the first
   unit of every segment, that factor times the unit's time: the NPU keeps one compiled graph
   warm, and each further graph evicts it. A one-stage plan with every unit on a PU with a
@@ -156,6 +158,13 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True,
         return t * factor[u] if u in factor else t
 
     edge_bytes = {(e.src, e.dst): e.bytes for e in problem.edges}
+    # a unit's output is handed to another PU once, charged at its largest edge to that PU (as
+    # the exact models charge it): the first edge met had been charged, so the energy hung on
+    # the order of the units and the models proved optima the evaluator beat
+    sent: dict[tuple[str, str], list] = {}
+    for e in problem.edges:
+        sent.setdefault((e.src, place[e.dst][1]), []).append(e.bytes)
+    handoff_bytes = {k: max((b for b in v if b is not None), default=None) for k, v in sent.items()}
     energy_uj = 0.0   # mW x ms
     phases_ms = 0.0   # summed time of every phase (input, units, transfers, output)
     handoffs: set[tuple[str, str]] = set()  # (unit, destination PU): a tensor is sent once per PU
@@ -184,9 +193,10 @@ def evaluate(problem: MappingProblem, plan: Plan, *, check: bool = True,
                     xfer = prof.transfers.time_ms(e.src, src_pu, pu, edge_bytes[(e.src, e.dst)], level[u])
                     if xfer and (e.src, pu) not in handoffs:
                         handoffs.add((e.src, pu))
-                        copy[pu] = copy.get(pu, 0.0) + xfer
-                        energy_uj += xfer * prof.transfers.power_mw * prof.transfers.scaling(src_pu, pu, level[u])[1]
-                        phases_ms += xfer
+                        sent_ms = prof.transfers.time_ms(e.src, src_pu, pu, handoff_bytes[(e.src, pu)], level[u])
+                        copy[pu] = copy.get(pu, 0.0) + sent_ms
+                        energy_uj += sent_ms * prof.transfers.power_mw * prof.transfers.scaling(src_pu, pu, level[u])[1]
+                        phases_ms += sent_ms
                     if src_stage < s:
                         ready = max(ready, xfer)
                     elif e.src in finish and e.src in members:

@@ -170,3 +170,26 @@ def test_a_latency_bound_with_float_error_keeps_the_plan_at_the_bound():
     points = [(q["objectives"]["period_ms"], q["objectives"]["latency_ms"]) for q in front["points"]]
     expected = brute_force.pareto_front(p, "period", "latency")
     assert front["complete"] and points == [pytest.approx(xy, rel=1e-9) for xy in expected]
+
+
+def test_a_unit_sent_to_one_pu_over_edges_of_two_sizes_is_charged_as_the_models_charge_it():
+    """u0 feeds u1 and u2 on B through 0.84 and 1.73 MB: the tensor is handed to B once, at its
+    largest edge, whatever the order of u1 and u2 (the evaluator had charged the first edge it
+    met, so the exact front listed a proven point the brute force dominated; a bounds audit)."""
+    prof = profile_from_dict({
+        "schema": "pipeplan.profile/1", "name": "hb", "power_model": "board",
+        "pus": {"A": {"kind": "cpu", "levels": ["l0"]}, "B": {"kind": "cpu", "levels": ["l0"]}},
+        "units": ["u0", "u1", "u2"],
+        "time_ms": {"A": {"l0": [8.195, 7.623, 4.79]}, "B": {"l0": [7.749, 3.26, 2.309]}},
+        "power_mw": {"A": {"l0": [2136.6, 2464.2, 1816.4]}, "B": {"l0": [1463.3, 862.2, 1580.1]}},
+        "transfers": {"default": {"fixed_ms": 1.175, "ms_per_mb": 1.313}, "power_mw": 1176.9}}, "hb")
+    p = MappingProblem("hb", tuple(Unit(f"u{i}") for i in range(3)),
+                       (Edge("u0", "u1", 839645.0), Edge("u0", "u2", 1733493.0)), prof)
+    orders = [plan_from_dict({"schema": "pipeplan.plan/1", "instance": "hb", "mode": "pipelined", "shared_pus": False,
+                              "stages": [{"pus": ["A"], "order": {"A": ["u0"]}}, {"pus": ["B"], "order": {"B": on_b}}]})
+              for on_b in (["u1", "u2"], ["u2", "u1"])]
+    assert evaluate(p, orders[0]).energy_mj == pytest.approx(evaluate(p, orders[1]).energy_mj, rel=1e-12)
+    front = exact_front(p, "period", "energy", time_limit=60)
+    points = [(q["objectives"]["period_ms"], q["objectives"]["energy_mj"]) for q in front["points"]]
+    expected = brute_force.pareto_front(p, "period", "energy")
+    assert front["complete"] and points == [pytest.approx(xy, rel=1e-6) for xy in expected]

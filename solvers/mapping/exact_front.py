@@ -138,7 +138,8 @@ def _front_by_configurations(problem: MappingProblem, x: str, y: str, *, time_li
         eps = None
         while len(points) < max_points:
             if eps is not None and eps < least_x.upper * (1 - 1e-12):
-                complete = True
+                # complete where every step was proven (a search may close without a proof)
+                complete = least_x.proven and all(p["proven"] for p in points)
                 break
             first = search(y, least_x.plan, {} if eps is None else {kx: eps})
             second = search(x, first.plan, {ky: first.upper})

@@ -178,3 +178,26 @@ def test_the_load_lp_bound_is_certified_by_its_duals(times, k):
     got = _load_lp(arrays, np.isfinite(arrays.t))
     assert got <= exact * (1 + 1e-12)
     assert got >= exact * (1 - 1e-9)
+
+
+def test_a_configuration_search_claims_no_proof_the_evaluator_contradicts():
+    """Two units of zero time on A: CP-SAT's no-overlap lets one sit inside another unit's
+    interval, a schedule the evaluator's per-PU order cannot run. The search had closed every
+    configuration at the model's optimum (7.099 ms) and called its incumbent (10.581 ms)
+    proven, and the exact front listed points the brute force's (7.099, 7.099) dominates as
+    proven and complete (a bounds audit). Proofs now stand only at the incumbent."""
+    from pipeplan.solvers.mapping.exact_front import exact_front
+    p = tiny_problem({"A": [0.0, 5.844, 0.0, 7.623], "B": [7.714, 3.482, 3.954, 6.057]},
+                     edges=[("u0", "u1"), ("u0", "u2"), ("u0", "u3"), ("u2", "u3")], transfer=1.042)
+    opt = brute_force.optimum(p, "latency")
+    res = search_configurations(p, "latency", fastest_pu_plan(p), best(certified_bounds(p)["latency_ms"]),
+                                deadline=Deadline(30))
+    assert res.lower.value <= opt * (1 + 1e-9)
+    assert not res.proven or res.upper <= opt * (1 + 1e-4)
+    front = exact_front(p, "period", "latency", time_limit=30)
+    bf = brute_force.pareto_front(p, "period", "latency")
+    for q in front["points"]:
+        qx, qy = q["objectives"]["period_ms"], q["objectives"]["latency_ms"]
+        dominated = any(x <= qx and y <= qy and (x < qx * (1 - 1e-4) or y < qy * (1 - 1e-4)) for x, y in bf)
+        assert not (q["proven"] and dominated), q["objectives"]
+    assert not front["complete"] or len(front["points"]) == len(bf)

@@ -76,7 +76,6 @@ def _load_mapping(name: str):
     raise InputError(name, "instance", f"unknown instance (try `pipeplan instances`; e.g. {known}, ...)")
 
 
-
 def forget_loaded_mappings() -> None:
     """Forget every problem :func:`load_mapping` holds: a file may have been rewritten since."""
     _load_mapping.cache_clear()

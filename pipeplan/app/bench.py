@@ -207,12 +207,14 @@ def _select(patterns: list[str], names: list[str]) -> list[str]:
     return [n for n in names if n in literal or any(g.match(n) for g in globs)]
 
 
-def _check_params_on(params: dict, instances: list[str], chosen: list[str], load: Callable[[str], object],
-                     source: str, field: str) -> None:
-    """``params`` against every instance a group selects, for each solver it chooses, before any run."""
-    from pipeplan.core.registry import check_problem_params
+def _check_params_on(params: dict, system: str, instances: list[str], chosen: list[str],
+                     load: Callable[[str], object], source: str, field: str) -> None:
+    """``params`` against every instance a group selects, for each solver it chooses that checks
+    them against a problem, before any run (the instances are loaded only for those)."""
+    from pipeplan.core.registry import check_problem_params, has_problem_params_check
 
-    for inst in instances:
+    chosen = [s for s in chosen if has_problem_params_check(system, s)]
+    for inst in instances if chosen else ():
         problem = load(inst)
         for solver in chosen:
             try:
@@ -260,7 +262,7 @@ def plan_runs(suite: dict, time_limit: float | None = None, source: str = "suite
             for solver in chosen:   # a parameter a chosen solver does not declare is refused here
                 get_solver(system, solver).check_params(g.get("params", {}), source=f"{source}: {system}[{i}].params")
             if g.get("params"):     # and a value an instance rules out (approx's degree past its n workers)
-                _check_params_on(g["params"], instances, chosen, load, source, f"{system}[{i}].params")
+                _check_params_on(g["params"], system, instances, chosen, load, source, f"{system}[{i}].params")
             for inst in instances:
                 for solver in chosen:
                     for seed in g.get("seeds", [0]):

@@ -402,6 +402,10 @@ def check_out_folder(out: str | Path, *, ours: tuple[str, ...] = (), option: str
     return out
 
 
+STAGE_PREFIX, UNDO_PREFIX = ".pp-stage-", ".pp-undo-"     # staged_folder's temporary folders
+LEFT_BY_US = (STAGE_PREFIX, UNDO_PREFIX)
+
+
 def _stage_anchor(out: Path) -> Path:
     """The folder a stage for ``out`` goes in, on the file system of ``out``'s files so that the
     commit is a rename: ``out`` itself when it exists (a stage beside it had failed at the
@@ -418,7 +422,7 @@ def _stage_anchor(out: Path) -> Path:
 def _check_stage_possible(out: Path) -> None:
     anchor = _stage_anchor(out)
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".pp-stage-", dir=anchor))
+        os.rmdir(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=anchor))
     except OSError as exc:
         raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
 
@@ -440,7 +444,9 @@ def _check_marker(out: Path, ours: tuple[str, ...], option: str) -> None:
                                                       f"not pipeplan's marker file: give a new or empty folder")
     try:
         with os.scandir(out) as entries:
-            first = [e.name for _, e in zip(range(3), entries)]
+            # a stage or backup folder of pipeplan's own that a killed run left (SIGKILL, the OOM
+            # killer) does not make the folder the user's: the next run had been refused
+            first = [e.name for _, e in zip(range(3), (e for e in entries if not e.name.startswith(LEFT_BY_US)))]
     except OSError as exc:
         raise InputError(str(out), option, f"cannot read the folder ({exc.strerror or exc})") from None
     if not first:
@@ -520,7 +526,7 @@ def staged_folder(out: str | Path, *, ours: tuple[str, ...] = (), marked: bool =
     out = check_out_folder(out, ours=ours, writes=writes) if marked else check_output(out, folder=True)
     anchor = _stage_anchor(out)
     try:
-        stage = Path(tempfile.mkdtemp(prefix=".pp-stage-", dir=anchor))
+        stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=anchor))
     except OSError as exc:
         raise InputError(str(out), "", f"cannot write ({exc.strerror or exc})") from None
     try:
@@ -599,7 +605,7 @@ def _move_in(stage: Path, out: Path, moves: list[tuple[Path, Path]], anchor: Pat
     failure; a new file and the folders created for it are removed. A file that cannot be put
     back is kept in the backup folder, which the error names (nothing the tool did not write
     is deleted)."""
-    backup = Path(tempfile.mkdtemp(prefix=".pp-undo-", dir=anchor))
+    backup = Path(tempfile.mkdtemp(prefix=UNDO_PREFIX, dir=anchor))
     done: list[tuple[Path, Path | None]] = []       # (destination, its backup or None if new)
     created: list[Path] = []
     try:

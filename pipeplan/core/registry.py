@@ -174,6 +174,11 @@ def problem_params_check(kind: str, name: str):
     return deco
 
 
+def has_problem_params_check(kind: str, solver: str) -> bool:
+    _load(kind)
+    return (kind, solver) in _PROBLEM_PARAMS_CHECKS
+
+
 def check_problem_params(problem, solver: str, params: dict) -> None:
     """InputError for a parameter value ``solver`` cannot take on ``problem`` (solvers loaded first)."""
     _load(problem.kind)

@@ -230,3 +230,19 @@ def test_the_instance_generators_check_their_arguments_first(generator, args, kw
     import importlib
     with pytest.raises(InputError):
         getattr(importlib.import_module(f"pipeplan.instances.{generator}"), generator)(*args, **kwargs)
+
+
+def test_a_stage_a_killed_run_left_in_out_does_not_make_it_the_users(tmp_path):
+    """SIGKILL (the OOM killer, a CI timeout) inside staged_folder leaves its stage in an
+    existing --out; the next run on that folder had been refused as not pipeplan's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".pp-stage-abc123").mkdir()          # what the killed run left
+    with staged_folder(out) as stage:
+        (stage / "a.csv").write_text("1")
+    assert (out / "a.csv").read_text() == "1"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")      # a folder of the user's is still refused
+    with pytest.raises(InputError, match="not a folder pipeplan wrote"):
+        with staged_folder(tmp_path / "mine"):
+            pass

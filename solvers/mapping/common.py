@@ -71,6 +71,8 @@ def tie_break_note(axis: str | None, status: str | None) -> str | None:
 # searches prove to (stage_configs.PROOF_GAP, chain_search.SS_GAP: 1e-4; the models' rounding and
 # HiGHS's tolerances leave less)
 PROOF_GUARD = 1e-3
+PROOF_GUARD_ABS = 1e-3      # ms or mJ: the solvers' absolute tolerances (MILP's 1e-6, the models'
+                            # rounding in us and nJ) are a larger share of values this small
 
 
 def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective: str = "period",
@@ -98,7 +100,8 @@ def scored_result(problem: MappingProblem, solver: str, plan: Plan, *, objective
     gap = None
     if key in bound and objectives[key] > 0:
         gap = max(0.0, (objectives[key] - bound[key]) / objectives[key])
-    if quality is Quality.PROVEN_OPTIMAL and gap is not None and gap > PROOF_GUARD:
+    if (quality is Quality.PROVEN_OPTIMAL and gap is not None and gap > PROOF_GUARD
+            and objectives[key] - bound[key] > PROOF_GUARD_ABS):
         # a proof of a model the evaluator does not agree with (the chain models had charged no
         # idle power and reported a proven optimum 22% above their own bound)
         quality = Quality.FEASIBLE

@@ -74,6 +74,10 @@ TIGHTENED = ("the model's first plan broke a bound by the evaluator: this is the
              "tightened by the model's rounding, which left out plans within that rounding of a bound (no proof)")
 
 
+INEXACT = ("no proof: a configuration's model optimum is a schedule the evaluator's per-PU order cannot run "
+           "(a unit of zero time inside another's interval)")
+
+
 def proof_status(proven: bool, value: float, lower: float) -> tuple[Termination, Quality, str | None]:
     """How a result is reported: a model optimum (``proven``) counts as proven only when the
     bound ``lower``, which holds for the evaluator's values, lies within PROOF_GAP of ``value``;
@@ -369,9 +373,11 @@ def _by_configurations(problem, objective, start_plan, lower, search, *, seed, t
     # evaluator's values may lie below by that rounding (0.03-0.42% on the A311D graphs): then that
     # bound is reported and the result is not called proven (it had been, with gap 0)
     termination, quality, uncertified = proof_status(found.proven, found.upper, found.lower.value)
+    if found.inexact:       # every configuration closed, one at a schedule the evaluator cannot run
+        termination, uncertified = Termination.COMPLETED, INEXACT
     notes = [message, tie_break_note(tie_break, params.get("tie_break_status")) if found.proven else None,
              uncertified or note]
     return scored_result(problem, "cpsat", plan, objective=objective, termination=termination, quality=quality,
                          bound={key: found.lower.value}, bound_source={key: found.lower.source},
                          params=params, message="; ".join(n for n in notes if n),
-                         stopped_by=None if found.proven else (found.stopped_by or "time"))
+                         stopped_by=None if found.proven or found.inexact else (found.stopped_by or "time"))

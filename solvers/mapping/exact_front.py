@@ -143,8 +143,9 @@ def _front_by_configurations(problem: MappingProblem, x: str, y: str, *, time_li
                 break
             first = search(y, least_x.plan, {} if eps is None else {kx: eps})
             second = search(x, first.plan, {ky: first.upper})
-            if not (first.proven and second.proven):
-                stopped_by = first.stopped_by or second.stopped_by or "time"
+            if not (first.proven and second.proven):    # a limit, or a search closed without a proof
+                stopped_by = first.stopped_by or second.stopped_by or (
+                    None if first.inexact or second.inexact else "time")
             ev = evaluate(problem, second.plan)
             points.append({"objectives": ev.objectives(), "plan": second.plan.to_dict(),
                            "proven": first.proven and second.proven})

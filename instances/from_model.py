@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeplan.core.errors import InputError, brief_value
-from pipeplan.core.io import MAX_NAME_BYTES, exists_safely, has_control_characters
+from pipeplan.core.errors import InputError
+from pipeplan.core.io import check_name, exists_safely
 from pipeplan.formulations.mapping.onnx_graph import load_onnx, model_path
 from pipeplan.formulations.mapping.problem import MappingProblem, problem_from_graph
 from pipeplan.formulations.mapping.profile import load_profile
@@ -42,14 +42,10 @@ def check_instance_path(path: Path, option: str) -> None:
     """An instance made from a model is named by its file's path (plans name it, and export
     finds the file by it), so that path must be a name the loader takes back: at most 255 bytes,
     no control character. A longer ``--out`` had made a file that ``solve`` then refused."""
-    name = str(path)
-    if has_control_characters(name):
-        raise InputError(brief_value(name), option, "names the instance (the file's path), so it may hold no "
-                                                    "control character")
-    size = len(name.encode("utf-8", "surrogatepass"))
-    if size > MAX_NAME_BYTES:
-        raise InputError(name, option, f"names the instance (the file's path): at most {MAX_NAME_BYTES} bytes, "
-                                       f"got {size:,}")
+    try:
+        check_name(str(path), str(path), option)
+    except InputError as exc:
+        raise InputError(exc.source, option, f"names the instance (the file's path): {exc.message}") from None
 
 
 def model_instance(model: str | Path, *, name: str, profile: Path | None = None, platform: str | Path | None = None,
